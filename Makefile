@@ -1,0 +1,43 @@
+# Two commands on a fresh clone (only Python 3.11 and make needed):
+#   make lab    build .venv from requirements.txt if needed, then open JupyterLab on notebooks/
+#   make test   build the same .venv, then run the unit tests and every notebook (nbval)
+# With CI=true, `make test` sets LABCORE_QUICK=1, which shrinks every training budget.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+ifeq ($(CI),true)
+export LABCORE_QUICK ?= 1
+endif
+
+# Extra arguments for JupyterLab, e.g. `make lab LAB_ARGS="--no-browser --port 8899"`.
+LAB_ARGS ?=
+# JupyterLab refuses to run as root unless told; containers often run as root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# Longest a single notebook cell may run before nbval fails it (seconds).
+CELL_TIMEOUT ?= 3600
+
+.PHONY: lab test venv doctor
+
+venv: $(STAMP)
+
+# Rebuilt from scratch whenever the pins change, so .venv is exactly requirements.txt.
+$(STAMP): requirements.txt pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 found on PATH" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0) if v >= (3, 10) else sys.exit(f"error: labcore needs Python >= 3.10 (3.11 is what requirements.txt was tested with); {sys.executable} is {v[0]}.{v[1]}")'
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; v == (3, 11) or print(f"warning: requirements.txt was tested with Python 3.11; using {v[0]}.{v[1]}", file=sys.stderr)'
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(LAB_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT)
+
+doctor: $(STAMP)
+	$(BIN)/python -m labcore doctor
