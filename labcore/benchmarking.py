@@ -1,0 +1,127 @@
+"""Timing JAX code correctly, and reporting benchmark results.
+
+JAX dispatches work asynchronously: a call returns as soon as the work is
+queued, so timing it without waiting measures the queueing, not the compute.
+And the first call of a jitted function includes tracing and compilation.
+``time_call`` handles both (warm-up calls, then ``jax.block_until_ready`` on
+every result), and the files in ``benchmarks/`` report through
+``markdown_table`` and ``write_results``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import platform as _platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds of repeated calls, after warm-up."""
+
+    times_s: tuple[float, ...]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.times_s)
+
+
+def time_call(
+    fn: Callable[..., Any],
+    *args: Any,
+    warmup: int = 1,
+    repeats: int = 5,
+    **kwargs: Any,
+) -> Timing:
+    """Time ``fn(*args, **kwargs)``: ``warmup`` untimed calls, then ``repeats`` timed ones.
+
+    Each call's result is waited for with ``jax.block_until_ready`` (which
+    accepts any pytree and passes non-JAX values through), so the time covers the
+    computation and not just its dispatch.
+    """
+    import jax
+
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args, **kwargs))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args, **kwargs))
+        times.append(time.perf_counter() - start)
+    return Timing(tuple(times))
+
+
+def _format_cell(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value == 0 or 1e-3 <= abs(value) < 1e6:
+            return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+        return f"{value:.3e}"
+    return str(value)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Render dict rows as a GitHub markdown table (columns default to the first row's keys)."""
+    if not rows:
+        raise ValueError("markdown_table needs at least one row")
+    columns = list(columns or rows[0].keys())
+    header = "| " + " | ".join(columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_format_cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join([header, rule, *body])
+
+
+def machine_description() -> dict[str, Any]:
+    """What a benchmark ran on: enough to tell whether two results are comparable."""
+    import jax
+
+    from labcore import devices
+
+    return {
+        "python": _platform.python_version(),
+        "jax": jax.__version__,
+        "platform": devices.platform(),
+        "device_kind": jax.devices()[0].device_kind,
+        "device_count": jax.device_count(),
+        "cpu_count": devices.cpu_count(),
+        "processor": _platform.processor() or _platform.machine(),
+    }
+
+
+def write_results(
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    out_dir: str | pathlib.Path = "benchmarks/results",
+    columns: Sequence[str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> pathlib.Path:
+    """Write ``{out_dir}/{name}.json`` (rows + machine + extra), print the markdown table.
+
+    Returns the JSON path.
+    """
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    payload = {
+        "benchmark": name,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_description(),
+        "rows": list(rows),
+        **(extra or {}),
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(markdown_table(rows, columns))
+    print(f"\nwrote {path}")
+    return path

@@ -1,0 +1,142 @@
+"""Where are we running? Platform, devices, Colab and host memory.
+
+Every notebook and the ``python -m labcore doctor`` command ask this module
+rather than probing JAX themselves, so that platform quirks live in one place.
+
+    >>> from labcore import devices
+    >>> devices.platform()              # 'cpu', 'gpu' or 'tpu'
+    >>> print(devices.report())         # everything below, printable
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any
+
+
+def in_colab() -> bool:
+    """True inside a Google Colab runtime (its kernel preloads ``google.colab``)."""
+    return "google.colab" in sys.modules
+
+
+def host_memory_bytes() -> int | None:
+    """Total physical memory of this host in bytes, or None where the OS won't say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cpu_count() -> int:
+    """Cores this process may use (respects CPU affinity / container limits on Linux)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def platform() -> str:
+    """The default JAX backend's platform: ``'cpu'``, ``'gpu'`` or ``'tpu'``.
+
+    JAX calls NVIDIA and AMD backends ``cuda``/``rocm`` in some places and
+    ``gpu`` in others; this always answers ``'gpu'`` for either.
+    """
+    import jax
+
+    name = jax.default_backend()
+    return "gpu" if name in ("cuda", "rocm", "gpu") else name
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    """One JAX device as the user sees it."""
+
+    id: int
+    platform: str
+    kind: str  # e.g. 'cpu', 'NVIDIA T4', 'TPU v5 lite'
+    process_index: int
+    memory_bytes: int | None  # accelerator memory limit; None on the CPU
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceReport:
+    """A snapshot of the machine JAX runs on."""
+
+    platform: str
+    devices: tuple[DeviceInfo, ...]
+    local_device_count: int
+    process_index: int
+    process_count: int
+    in_colab: bool
+    host_memory_bytes: int | None
+    cpu_count: int
+
+    @property
+    def device_count(self) -> int:
+        return len(self.devices)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"device_count": self.device_count}
+
+    def __str__(self) -> str:
+        kinds = sorted({d.kind for d in self.devices})
+        lines = [
+            f"platform        {self.platform}",
+            f"devices         {self.device_count} ({', '.join(kinds)}), {self.local_device_count} local",
+            f"processes       {self.process_count} (this is process {self.process_index})",
+            f"colab           {'yes' if self.in_colab else 'no'}",
+            f"host memory     {format_bytes(self.host_memory_bytes)}",
+            f"host cpu cores  {self.cpu_count}",
+        ]
+        accel_memory = [d.memory_bytes for d in self.devices if d.memory_bytes]
+        if accel_memory:
+            lines.append(f"device memory   {format_bytes(min(accel_memory))} per device")
+        return "\n".join(lines)
+
+
+def _device_memory(device: Any) -> int | None:
+    # memory_stats() is None or raises on the CPU backend; on GPU/TPU it has bytes_limit.
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - backends differ in how they refuse
+        return None
+    return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
+
+
+def report() -> DeviceReport:
+    """Describe the current JAX platform, its devices, Colab and host resources."""
+    import jax
+
+    devices = tuple(
+        DeviceInfo(
+            id=d.id,
+            platform=d.platform,
+            kind=d.device_kind,
+            process_index=d.process_index,
+            memory_bytes=_device_memory(d),
+        )
+        for d in jax.devices()
+    )
+    return DeviceReport(
+        platform=platform(),
+        devices=devices,
+        local_device_count=jax.local_device_count(),
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        in_colab=in_colab(),
+        host_memory_bytes=host_memory_bytes(),
+        cpu_count=cpu_count(),
+    )
+
+
+def format_bytes(n: int | None) -> str:
+    """``17179869184 -> '16.0 GiB'``; None -> 'unknown'."""
+    if n is None:
+        return "unknown"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
+        value /= 1024
+    raise AssertionError("unreachable")

@@ -1,0 +1,300 @@
+"""Checkers for the notebooks' exercises.
+
+A notebook cell asks the reader to write a function, then calls::
+
+    labcore.exercises.check("stable_softmax", stable_softmax)
+
+which runs the reader's function and labcore's reference on several fresh
+random inputs and prints a pass, or the first mismatch (which input, which
+output element, the two values). It returns True or False and never raises
+for a wrong or unfinished answer, so a notebook with an unsolved exercise
+still runs to the end (under nbval too). Exercises marked ``jit=True`` must
+also work under ``jax.jit``: a solution that only works eagerly fails.
+
+``python -m labcore exercises`` lists every exercise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+InputMaker = Callable[[np.random.Generator], tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class Exercise:
+    """One exercise: a reference function and a way to draw random inputs for it."""
+
+    name: str
+    description: str  # first line: the task; the rest: hints shown on failure
+    reference: Callable[..., Any]
+    make_inputs: InputMaker  # rng -> positional arguments for both functions
+    trials: int = 5
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    jit: bool = False  # the learner's function must also run under jax.jit
+
+
+_REGISTRY: dict[str, Exercise] = {}
+
+
+def register(exercise: Exercise) -> Exercise:
+    """Add an exercise to the catalogue (names are unique)."""
+    if exercise.name in _REGISTRY:
+        raise ValueError(f"exercise {exercise.name!r} is already registered")
+    if exercise.trials < 1:
+        raise ValueError(f"exercise {exercise.name!r}: trials must be >= 1, got {exercise.trials}")
+    _REGISTRY[exercise.name] = exercise
+    return exercise
+
+
+def names() -> list[str]:
+    """Every registered exercise name, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Exercise:
+    """The exercise called ``name``; a ValueError listing the known names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown exercise {name!r}; known exercises: {', '.join(names())}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparing a learner's output with the reference's.
+
+
+def _describe_value(value: Any) -> str:
+    import jax
+
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return "a PRNG key"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"array{tuple(value.shape)} {value.dtype}"
+    if isinstance(value, dict | list | tuple):
+        import jax.tree_util as jtu
+
+        leaves = jtu.tree_leaves(value)
+        return f"{type(value).__name__} pytree with {len(leaves)} arrays"
+    return repr(value)
+
+
+def _describe_inputs(args: tuple) -> str:
+    return ", ".join(_describe_value(a) for a in args)
+
+
+def first_mismatch(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str | None:
+    """None if ``got`` matches ``expected`` (same pytree structure, shapes, values within
+    tolerance), else a sentence describing the first difference."""
+    import jax.tree_util as jtu
+
+    expected_paths, expected_def = jtu.tree_flatten_with_path(expected)
+    got_leaves, got_def = jtu.tree_flatten(got)
+    if got_def != expected_def:
+        return f"the output's structure is {got_def}, but the reference returns {expected_def}"
+    for (path, want), have in zip(expected_paths, got_leaves, strict=True):
+        where = "output" + jtu.keystr(path)
+        want, have = np.asarray(want), np.asarray(have)
+        if have.shape != want.shape:
+            return f"{where} has shape {have.shape}, but the reference's has shape {want.shape}"
+        if have.dtype.kind != want.dtype.kind and not (have.dtype.kind in "fc" and want.dtype.kind in "fc"):
+            return f"{where} has dtype {have.dtype}, but the reference's is {want.dtype}"
+        close = np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=False)
+        if not np.all(close):
+            index = tuple(int(i) for i in np.argwhere(~close)[0])
+            at = f"{where}[{', '.join(map(str, index))}]" if index else where
+            n_bad = int(np.size(close) - np.count_nonzero(close))
+            return f"{at} = {have[index]!r}, but the reference gives {want[index]!r} ({n_bad} of {close.size} values differ)"
+    return None
+
+
+def _explain_exception(err: BaseException) -> str:
+    if isinstance(err, NotImplementedError):
+        return "it raised NotImplementedError: the exercise is not written yet"
+    last = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+    where = f" (line {last.lineno}: {last.line})" if last and last.line else ""
+    message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"it raised {type(err).__name__}: {message}{where}"
+
+
+def check(
+    name: str,
+    learner_fn: Callable[..., Any],
+    *,
+    trials: int | None = None,
+    seed: int | None = None,
+    verbose: bool = True,
+) -> bool:
+    """Run ``learner_fn`` and the reference of exercise ``name`` on fresh random inputs.
+
+    Prints a pass, or the first failure with the inputs it failed on, and
+    returns whether every trial matched. A wrong answer, or one that raises,
+    is reported and returns False; only an unknown exercise name raises.
+    ``seed`` fixes the inputs (the failure message always says which seed).
+    """
+    import jax
+
+    exercise = get(name)
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0])
+    rng = np.random.default_rng(seed)
+    n_trials = exercise.trials if trials is None else trials
+
+    def report(ok: bool, message: str) -> bool:
+        if verbose:
+            print(message)
+        return ok
+
+    for trial in range(n_trials):
+        args = exercise.make_inputs(rng)
+        expected = exercise.reference(*args)
+        runs = [("", learner_fn)]
+        if exercise.jit:
+            runs.append((" under jax.jit", jax.jit(learner_fn)))
+        for how, fn in runs:
+            try:
+                got = jax.block_until_ready(fn(*args))
+            except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
+                problem = _explain_exception(err)
+            else:
+                problem = first_mismatch(got, expected, exercise.rtol, exercise.atol)
+            if problem is not None:
+                hint = "\n".join(exercise.description.splitlines()[1:]).strip()
+                return report(
+                    False,
+                    f"FAIL  {name}: on input {trial + 1} of {n_trials}{how} (seed {seed}), {problem}.\n"
+                    f"      inputs: {_describe_inputs(args)}"
+                    + (f"\n      hint: {textwrap.fill(hint, 88, subsequent_indent=' ' * 12)}" if hint else ""),
+                )
+    checked = " and under jax.jit" if exercise.jit else ""
+    return report(True, f"PASS  {name}: matches the reference on {n_trials} random inputs{checked}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# The catalogue. Input makers draw shapes as well as values, so that a solution
+# hard-wired to one shape fails.
+
+
+def _jnp(x: np.ndarray):
+    import jax.numpy as jnp
+
+    return jnp.asarray(x, dtype=jnp.float32)
+
+
+def _softmax_inputs(rng: np.random.Generator) -> tuple:
+    rows, cols = rng.integers(1, 8), rng.integers(2, 12)
+    # Logits in the hundreds: exp overflows float32 (max ~88.7) unless shifted first.
+    scale = rng.choice([1.0, 50.0, 300.0])
+    return (_jnp(rng.normal(size=(rows, cols)) * scale + rng.uniform(-500, 500)),)
+
+
+def _diagonal_inputs(rng: np.random.Generator) -> tuple:
+    n = rng.integers(1, 9)
+    return _jnp(rng.normal(size=(n, n))), _jnp(rng.normal(size=n))
+
+
+def _dropout_inputs(rng: np.random.Generator) -> tuple:
+    import jax
+
+    shape = tuple(rng.integers(1, 9, size=rng.integers(1, 4)))
+    return jax.random.key(int(rng.integers(2**31))), _jnp(rng.normal(size=shape)), float(rng.choice([0.1, 0.5, 0.8]))
+
+
+def _regression_inputs(rng: np.random.Generator) -> tuple:
+    batch, dim = rng.integers(1, 33), rng.integers(1, 9)
+    params = {"w": _jnp(rng.normal(size=dim)), "b": _jnp(rng.normal())}
+    return params, _jnp(rng.normal(size=(batch, dim))), _jnp(rng.normal(size=batch))
+
+
+def _pairwise_inputs(rng: np.random.Generator) -> tuple:
+    n, m, dim = rng.integers(1, 9), rng.integers(1, 9), rng.integers(1, 6)
+    return _jnp(rng.normal(size=(n, dim))), _jnp(rng.normal(size=(m, dim)))
+
+
+def _pytree_inputs(rng: np.random.Generator) -> tuple:
+    def leaf():
+        return _jnp(rng.normal(size=tuple(rng.integers(1, 5, size=rng.integers(0, 3)))))
+
+    tree = {
+        "encoder": [leaf() for _ in range(rng.integers(1, 4))],
+        "head": {"w": leaf(), "b": leaf()},
+        "scale": leaf(),
+    }
+    return (tree,)
+
+
+def _register_primitives() -> None:
+    from labcore import primitives
+
+    register(
+        Exercise(
+            name="stable_softmax",
+            description="Softmax over the last axis that does not overflow for logits in the hundreds.\n"
+            "exp(1000.) is inf in float32; subtract each row's max (keepdims=True) before exp.",
+            reference=primitives.stable_softmax,
+            make_inputs=_softmax_inputs,
+            jit=True,
+        )
+    )
+    register(
+        Exercise(
+            name="set_diagonal",
+            description="Return a copy of a square matrix with its diagonal replaced by a vector.\n"
+            "JAX arrays are immutable: use matrix.at[rows, cols].set(values) with index arrays.",
+            reference=primitives.set_diagonal,
+            make_inputs=_diagonal_inputs,
+            jit=True,
+        )
+    )
+    register(
+        Exercise(
+            name="dropout",
+            description="Inverted dropout: zero entries with probability `rate`, scale the rest by 1/(1-rate).\n"
+            "Draw the keep-mask with jax.random.bernoulli(key, 1 - rate, x.shape); the same key must give "
+            "the same mask as the reference.",
+            reference=primitives.dropout,
+            make_inputs=_dropout_inputs,
+        )
+    )
+    register(
+        Exercise(
+            name="linear_regression_grad",
+            description="Gradient of the mean squared error of x @ w + b with respect to params {'w', 'b'}.\n"
+            "Write the loss as a function of params first, then return jax.grad(loss)(params, x, y): "
+            "a dict with the same keys and shapes as params.",
+            reference=primitives.linear_regression_grad,
+            make_inputs=_regression_inputs,
+            jit=True,
+        )
+    )
+    register(
+        Exercise(
+            name="pairwise_squared_distances",
+            description="Squared distances between every row of a [N, D] and every row of b [M, D] -> [N, M].\n"
+            "Write the distance of one pair of vectors, then vmap it twice: in_axes=(None, 0) inside, "
+            "in_axes=(0, None) outside.",
+            reference=primitives.pairwise_squared_distances,
+            make_inputs=_pairwise_inputs,
+            jit=True,
+        )
+    )
+    register(
+        Exercise(
+            name="global_norm",
+            description="The L2 norm of all the leaves of a pytree taken together (a scalar).\n"
+            "jax.tree_util.tree_leaves(tree) gives the arrays; sum their squared entries, then take sqrt.",
+            reference=primitives.global_norm,
+            make_inputs=_pytree_inputs,
+            jit=True,
+        )
+    )
+
+
+_register_primitives()

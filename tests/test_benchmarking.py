@@ -1,0 +1,65 @@
+import json
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+from conftest import REPO_ROOT
+from labcore.benchmarking import Timing, markdown_table, time_call, write_results
+
+
+def test_time_call_warms_up_then_times_each_repeat():
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        return x * 2
+
+    timing = time_call(fn, jnp.ones(3), warmup=2, repeats=4)
+    assert len(calls) == 6
+    assert len(timing.times_s) == 4 and all(t >= 0 for t in timing.times_s)
+    assert timing.min_s <= timing.median_s
+
+
+def test_time_call_rejects_no_repeats():
+    with pytest.raises(ValueError, match="repeats"):
+        time_call(lambda: None, repeats=0)
+
+
+def test_timing_statistics():
+    timing = Timing((3.0, 1.0, 2.0))
+    assert timing.median_s == 2.0 and timing.min_s == 1.0
+
+
+def test_markdown_table_formats_rows():
+    table = markdown_table([{"name": "a", "steps/s": 123456.7, "ratio": 1.234}, {"name": "b", "steps/s": 12.0}])
+    assert markdown_table([{"n": 1000000, "flag": True}]).splitlines()[2] == "| 1,000,000 | True |"
+    lines = table.splitlines()
+    assert lines[0] == "| name | steps/s | ratio |"
+    assert lines[1] == "|---|---|---|"
+    assert lines[2] == "| a | 123,457 | 1.23 |"
+    assert lines[3] == "| b | 12 |  |"
+    with pytest.raises(ValueError):
+        markdown_table([])
+
+
+def test_write_results_writes_json_with_machine_and_prints_table(tmp_path, capsys):
+    path = write_results("demo", [{"x": 1, "y": 2.5}], out_dir=tmp_path, extra={"note": "hi"})
+    data = json.loads(path.read_text())
+    assert data["benchmark"] == "demo" and data["rows"] == [{"x": 1, "y": 2.5}] and data["note"] == "hi"
+    assert data["machine"]["platform"] in {"cpu", "gpu", "tpu"} and data["machine"]["jax"]
+    assert "| x | y |" in capsys.readouterr().out
+
+
+def test_jit_speedup_benchmark_runs_end_to_end(tmp_path):
+    script = REPO_ROOT / "benchmarks" / "jit_speedup.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--sizes", "100", "1000", "--repeats", "2", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((tmp_path / "jit_speedup.json").read_text())["rows"]
+    assert [r["vector length"] for r in rows] == [100, 1000]
+    assert all(r["speed-up (x)"] > 0 for r in rows)
+    assert "| vector length |" in out.stdout

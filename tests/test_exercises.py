@@ -1,0 +1,177 @@
+"""The exercise checker must pass right answers, fail wrong ones, and never raise for them."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from labcore import exercises, primitives
+
+
+# Each exercise with a correct solution written independently of the reference,
+# and a plausible wrong one that a learner might write.
+def softmax_naive(x):
+    e = jnp.exp(x)  # overflows for large logits
+    return e / e.sum(-1, keepdims=True)
+
+
+def softmax_right(x):
+    return jax.nn.softmax(x, axis=-1)
+
+
+def diagonal_right(m, v):
+    return m - jnp.diag(jnp.diag(m)) + jnp.diag(v)
+
+
+def diagonal_numpy_style(m, v):
+    for i in range(m.shape[0]):
+        m[i, i] = v[i]  # JAX arrays are immutable: raises TypeError
+    return m
+
+
+def dropout_right(key, x, rate):
+    mask = jax.random.bernoulli(key, 1 - rate, x.shape)
+    return x * mask / (1 - rate)
+
+
+def dropout_unscaled(key, x, rate):
+    return x * jax.random.bernoulli(key, 1 - rate, x.shape)
+
+
+def regression_grad_right(params, x, y):
+    residual = x @ params["w"] + params["b"] - y
+    n = x.shape[0]
+    return {"w": 2 * x.T @ residual / n, "b": 2 * residual.mean()}
+
+
+def regression_grad_wrong_structure(params, x, y):
+    g = regression_grad_right(params, x, y)
+    return (g["w"], g["b"])
+
+
+def pairwise_right(a, b):
+    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+
+
+def pairwise_transposed(a, b):
+    return pairwise_right(b, a)
+
+
+def global_norm_right(tree):
+    return optax_free_norm(tree)
+
+
+def optax_free_norm(tree):
+    flat = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree_util.tree_leaves(tree)])
+    return jnp.linalg.norm(flat)
+
+
+def global_norm_python_float(tree):
+    # float() of a traced value fails under jit
+    return float(optax_free_norm(tree))
+
+
+RIGHT = {
+    "stable_softmax": softmax_right,
+    "set_diagonal": diagonal_right,
+    "dropout": dropout_right,
+    "linear_regression_grad": regression_grad_right,
+    "pairwise_squared_distances": pairwise_right,
+    "global_norm": global_norm_right,
+}
+WRONG = {
+    "stable_softmax": softmax_naive,
+    "set_diagonal": diagonal_numpy_style,
+    "dropout": dropout_unscaled,
+    "linear_regression_grad": regression_grad_wrong_structure,
+    "pairwise_squared_distances": pairwise_transposed,
+    "global_norm": global_norm_python_float,
+}
+
+
+def test_every_registered_exercise_is_covered_here():
+    for name in ("stable_softmax", "set_diagonal", "dropout", "linear_regression_grad",
+                 "pairwise_squared_distances", "global_norm"):
+        assert name in exercises.names()
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_right_answer_passes(name, capsys):
+    assert exercises.check(name, RIGHT[name], seed=0) is True
+    assert capsys.readouterr().out.startswith(f"PASS  {name}")
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_wrong_answer_fails_without_raising(name, capsys):
+    assert exercises.check(name, WRONG[name], seed=0) is False
+    out = capsys.readouterr().out
+    assert out.startswith(f"FAIL  {name}")
+    assert "seed 0" in out and "inputs:" in out
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_reference_passes_its_own_check(name):
+    assert exercises.check(name, exercises.get(name).reference, verbose=False)
+
+
+def test_unfinished_exercise_is_reported_as_not_written(capsys):
+    def stable_softmax(x):
+        raise NotImplementedError
+
+    assert exercises.check("stable_softmax", stable_softmax, seed=1) is False
+    assert "not written yet" in capsys.readouterr().out
+
+
+def test_failure_names_the_first_mismatching_element(capsys):
+    def off_by_one_corner(m, v):
+        return primitives.set_diagonal(m, v).at[0, 0].add(1.0)
+
+    assert not exercises.check("set_diagonal", off_by_one_corner, seed=3)
+    assert "output[0, 0] = " in capsys.readouterr().out
+
+
+def test_eager_only_solution_fails_the_jit_requirement(capsys):
+    assert not exercises.check("global_norm", global_norm_python_float, seed=0)
+    assert "under jax.jit" in capsys.readouterr().out
+
+
+def test_shape_mismatch_is_reported(capsys):
+    assert not exercises.check("pairwise_squared_distances", lambda a, b: pairwise_right(a, b).ravel(), seed=0)
+    assert "shape" in capsys.readouterr().out
+
+
+def test_checks_use_fresh_inputs_unless_seeded():
+    drawn = []
+
+    def spy(key, x, rate):  # dropout is checked eagerly only, so x is a concrete array here
+        drawn.append(np.asarray(x))
+        return primitives.dropout(key, x, rate)
+
+    exercises.check("dropout", spy, trials=1, verbose=False)
+    exercises.check("dropout", spy, trials=1, verbose=False)
+    assert len(drawn) == 2
+    assert drawn[0].shape != drawn[1].shape or not np.array_equal(drawn[0], drawn[1])
+    drawn.clear()
+    exercises.check("dropout", spy, trials=1, seed=7, verbose=False)
+    exercises.check("dropout", spy, trials=1, seed=7, verbose=False)
+    np.testing.assert_array_equal(drawn[0], drawn[1])
+
+
+def test_unknown_exercise_raises_with_the_known_names():
+    with pytest.raises(ValueError, match="known exercises: .*stable_softmax"):
+        exercises.check("stable_sofmax", softmax_right)
+
+
+def test_duplicate_registration_is_refused():
+    with pytest.raises(ValueError, match="already registered"):
+        exercises.register(exercises.get("dropout"))
+
+
+def test_first_mismatch_compares_pytrees():
+    a = {"x": jnp.ones(3), "y": [jnp.zeros(2)]}
+    assert exercises.first_mismatch(a, a) is None
+    b = {"x": jnp.ones(3), "y": [jnp.array([0.0, 1.0])]}
+    assert "output['y'][0][1]" in exercises.first_mismatch(b, a)
+    assert "structure" in exercises.first_mismatch((jnp.ones(3),), a)
+    assert "dtype" in exercises.first_mismatch(jnp.array([True]), jnp.array([1.0]))
+    assert "nan" in exercises.first_mismatch(jnp.array([jnp.nan]), jnp.array([1.0])).lower()
