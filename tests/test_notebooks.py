@@ -1,0 +1,117 @@
+"""The conventions every committed notebook follows (nbval runs them; this checks their shape).
+
+A notebook here must: be valid nbformat; be committed without outputs; open with a markdown
+title that says what it teaches; have as first code cell the Colab setup cell from
+colab/setup_cell.py; size its training with labcore.budget; check results with assert; set at
+least three exercises checked by labcore.exercises, each followed by a passing solution; and be
+linked from the README and the Colab page.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import nbformat
+import pytest
+
+from conftest import NOTEBOOKS_DIR, REPO_ROOT
+from labcore import exercises
+
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+SETUP_CELL = (REPO_ROOT / "colab" / "setup_cell.py").read_text().strip()
+CHECK_CALL = re.compile(r"""(?<![\w.])(?:assert\s+)?check\(\s*["'](\w+)["']""")
+
+
+def stored_output_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """Cells that carry outputs or execution counts (notebooks are committed stripped)."""
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if cell.get("outputs"):
+            problems.append(f"cell {index} has stored outputs")
+        if cell.get("execution_count") is not None:
+            problems.append(f"cell {index} has an execution count")
+    return problems
+
+
+def code_cells(nb: nbformat.NotebookNode) -> list[str]:
+    return [cell.source for cell in nb.cells if cell.cell_type == "code"]
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, f"no notebooks found in {NOTEBOOKS_DIR}"
+
+
+def test_notebook_names_are_numbered_and_unique():
+    numbers = []
+    for path in NOTEBOOKS:
+        match = re.fullmatch(r"(\d\d)_[a-z0-9_]+\.ipynb", path.name)
+        assert match, f"{path.name}: expected NN_lower_snake_name.ipynb"
+        numbers.append(match.group(1))
+    assert len(numbers) == len(set(numbers)), f"duplicate notebook numbers: {numbers}"
+
+
+def test_stored_output_rule_catches_outputs_and_counts():
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    assert stored_output_problems(nb) == []
+    dirty = copy.deepcopy(nb)
+    first_code = next(i for i, c in enumerate(dirty.cells) if c.cell_type == "code")
+    dirty.cells[first_code].outputs = [nbformat.v4.new_output("stream", text="hello\n")]
+    dirty.cells[first_code].execution_count = 3
+    assert stored_output_problems(dirty) == [
+        f"cell {first_code} has stored outputs",
+        f"cell {first_code} has an execution count",
+    ]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+class TestNotebookConventions:
+    def test_valid_and_committed_without_outputs(self, path):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert stored_output_problems(nb) == [], (
+            f"{path.name} was committed with outputs; clear them with "
+            f"`jupyter nbconvert --clear-output --inplace {path.relative_to(REPO_ROOT)}`"
+        )
+
+    def test_opens_with_a_title_and_what_it_teaches(self, path):
+        first = nbformat.read(path, as_version=4).cells[0]
+        number = path.name[:2]
+        assert first.cell_type == "markdown"
+        assert first.source.startswith(f"# {number} "), f"{path.name}: title must start with '# {number} '"
+        assert "What this notebook teaches" in first.source
+
+    def test_first_code_cell_is_the_colab_setup_cell(self, path):
+        first_code = code_cells(nbformat.read(path, as_version=4))[0]
+        assert first_code.strip() == SETUP_CELL, f"{path.name}: first code cell must be colab/setup_cell.py verbatim"
+
+    def test_sizes_training_with_budget_and_checks_with_assert(self, path):
+        sources = "\n".join(code_cells(nbformat.read(path, as_version=4)))
+        assert "labcore.budget(" in sources
+        assert re.search(r"^\s*assert ", sources, re.MULTILINE)
+        assert "TODO" not in path.read_text()
+
+    def test_prose_between_code(self, path):
+        # Explain before running: never more than three code cells in a row without markdown.
+        run = 0
+        for cell in nbformat.read(path, as_version=4).cells:
+            run = run + 1 if cell.cell_type == "code" else 0
+            assert run <= 3, f"{path.name}: more than three code cells in a row without prose"
+
+    def test_exercises_are_checked_and_each_has_a_passing_solution(self, path):
+        cells = code_cells(nbformat.read(path, as_version=4))
+        attempts, solutions = [], []
+        for source in cells:
+            for match in CHECK_CALL.finditer(source):
+                name = match.group(1)
+                assert name in exercises.names(), f"{path.name}: unknown exercise {name!r}"
+                (solutions if match.group(0).startswith("assert") else attempts).append(name)
+        assert len(set(attempts)) >= 3, f"{path.name}: needs at least three exercises, found {attempts}"
+        assert sorted(attempts) == sorted(solutions), f"{path.name}: every exercise needs an asserted solution"
+
+    def test_linked_from_readme_and_colab_page(self, path):
+        for page in ("README.md", "colab/README.md"):
+            text = (REPO_ROOT / page).read_text()
+            assert f"notebooks/{path.name}" in text, f"{page} does not link {path.name}"
