@@ -1,0 +1,1 @@
+"""Neural networks: Haiku Q-networks for DQN (Flax modules join as later notebooks need them)."""
