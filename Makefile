@@ -7,6 +7,8 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# labcore's own metadata: a pyproject.toml edit reinstalls labcore alone, not the whole .venv.
+PACKAGE_STAMP := $(VENV)/.labcore-installed
 
 ifeq ($(CI),true)
 export LABCORE_QUICK ?= 1
@@ -21,10 +23,10 @@ CELL_TIMEOUT ?= 3600
 
 .PHONY: lab test venv doctor
 
-venv: $(STAMP)
+venv: $(PACKAGE_STAMP)
 
 # Rebuilt from scratch whenever the pins change, so .venv is exactly requirements.txt.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 found on PATH" >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0) if v >= (3, 10) else sys.exit(f"error: labcore needs Python >= 3.10 (3.11 is what requirements.txt was tested with); {sys.executable} is {v[0]}.{v[1]}")'
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; v == (3, 11) or print(f"warning: requirements.txt was tested with Python 3.11; using {v[0]}.{v[1]}", file=sys.stderr)'
@@ -33,11 +35,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
-lab: $(STAMP)
+$(PACKAGE_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+lab: $(PACKAGE_STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(LAB_ARGS)
 
-test: $(STAMP)
+test: $(PACKAGE_STAMP)
 	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT)
 
-doctor: $(STAMP)
+doctor: $(PACKAGE_STAMP)
 	$(BIN)/python -m labcore doctor
