@@ -1,0 +1,232 @@
+"""DQN: configuration, epsilon-greedy acting and the jitted update.
+
+Everything here is a pure function of explicit state, so the same code serves
+a host loop over gymnasium environments and a fully jitted ``lax.scan`` loop
+over gymnax environments:
+
+    config = DQNConfig(env_id="CartPole-v1")
+    network = make_q_network(config.network, num_actions, config.hidden_sizes)
+    optimizer = make_optimizer(config)
+    state = init_train_state(config, network, optimizer, example_obs, key)
+    actions = select_action(network, state.params, obs_batch, epsilon, key)
+    state, metrics = update(state, batch)           # update = make_update(config, network, optimizer)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from labcore import losses
+from labcore.nets.q_networks import NETWORKS
+
+OPTIMIZERS = ("adam", "rmsprop_centered")
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """Every DQN setting, validated on construction.
+
+    Step counts are agent steps (one action chosen, one transition stored).
+    Defaults are a CartPole configuration; ``DQNConfig.nature_atari()`` gives
+    the Nature paper's Atari settings.
+    """
+
+    env_id: str = "CartPole-v1"
+    network: str = "mlp"  # 'mlp' for vector observations, 'nature_cnn' for Atari frames
+    hidden_sizes: tuple[int, ...] = (120, 84)  # mlp only
+    total_steps: int = 200_000
+    buffer_size: int = 10_000
+    batch_size: int = 128
+    gamma: float = 0.99
+    learning_rate: float = 2.5e-4
+    optimizer: str = "adam"  # or 'rmsprop_centered' (the Nature paper's)
+    adam_eps: float = 1e-8
+    learning_starts: int = 10_000
+    train_frequency: int = 10  # one update every this many agent steps
+    target_update_frequency: int = 500  # agent steps between target updates
+    tau: float = 1.0  # 1.0: hard copy; < 1: Polyak averaging at each target update
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    exploration_fraction: float = 0.5  # fraction of total_steps over which epsilon decays
+    double_dqn: bool = False
+    max_grad_norm: float | None = 10.0  # None: no clipping
+    huber_delta: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def require(ok: bool, field: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"DQNConfig.{field} must be {allowed}, got {getattr(self, field)!r}")
+
+        require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
+        require(self.network in NETWORKS, "network", f"one of {NETWORKS}")
+        require(
+            len(self.hidden_sizes) > 0 and all(int(h) >= 1 for h in self.hidden_sizes),
+            "hidden_sizes",
+            "a non-empty sequence of positive layer widths",
+        )
+        for field in ("total_steps", "buffer_size", "batch_size", "train_frequency", "target_update_frequency"):
+            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an integer >= 1")
+        require(self.learning_starts >= 0, "learning_starts", ">= 0")
+        require(self.batch_size <= self.buffer_size, "batch_size", f"<= buffer_size ({self.buffer_size})")
+        require(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
+        require(math.isfinite(self.learning_rate) and self.learning_rate > 0, "learning_rate", "> 0")
+        require(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
+        require(self.adam_eps > 0, "adam_eps", "> 0")
+        require(0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
+        require(0.0 <= self.epsilon_start <= 1.0, "epsilon_start", "in [0, 1]")
+        require(0.0 <= self.epsilon_end <= 1.0, "epsilon_end", "in [0, 1]")
+        require(0.0 < self.exploration_fraction <= 1.0, "exploration_fraction", "in (0, 1]")
+        require(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0 or None")
+        require(self.huber_delta > 0, "huber_delta", "> 0")
+
+    @classmethod
+    def nature_atari(cls, env_id: str = "ALE/Breakout-v5", **overrides: Any) -> DQNConfig:
+        """The Nature DQN's Atari settings (agent steps; 1 agent step = 4 frames)."""
+        settings = dict(
+            env_id=env_id,
+            network="nature_cnn",
+            total_steps=10_000_000,
+            buffer_size=1_000_000,
+            batch_size=32,
+            learning_rate=2.5e-4,
+            learning_starts=50_000,
+            train_frequency=4,
+            target_update_frequency=10_000,
+            epsilon_start=1.0,
+            epsilon_end=0.1,
+            exploration_fraction=0.1,  # 1M of 10M steps
+            max_grad_norm=None,
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+
+class Transition(NamedTuple):
+    """One step of experience. Shapes for a single transition (a batch adds a leading [B])."""
+
+    obs: jax.Array  # [*obs_shape]
+    action: jax.Array  # [] int32
+    reward: jax.Array  # [] float32
+    next_obs: jax.Array  # [*obs_shape]
+    terminated: jax.Array  # [] bool: the episode ended in a terminal state (no bootstrap)
+
+
+@struct.dataclass
+class TrainState:
+    """Everything an update changes: a pytree, so it can be jitted, scanned and checkpointed."""
+
+    params: hk.Params
+    target_params: hk.Params
+    opt_state: optax.OptState
+    update_count: jax.Array  # [] int32, updates applied so far
+
+
+def linear_epsilon(step: jax.Array | int, config: DQNConfig) -> jax.Array:
+    """Epsilon at an agent step: linear from start to end over exploration_fraction * total_steps, then flat."""
+    duration = max(1, int(config.exploration_fraction * config.total_steps))
+    fraction = jnp.clip(jnp.asarray(step, jnp.float32) / duration, 0.0, 1.0)
+    return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+
+
+def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
+    """Adam (or the Nature paper's centred RMSProp), after optional global-norm clipping."""
+    if config.optimizer == "adam":
+        base = optax.adam(config.learning_rate, eps=config.adam_eps)
+    else:  # the Nature DQN's RMSProp: centred, decay 0.95, eps 0.01
+        base = optax.rmsprop(config.learning_rate, decay=0.95, eps=0.01, centered=True)
+    if config.max_grad_norm is None:
+        return base
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base)
+
+
+def init_train_state(
+    config: DQNConfig,
+    network: hk.Transformed,
+    optimizer: optax.GradientTransformation,
+    example_obs: jax.Array,
+    key: jax.Array,
+) -> TrainState:
+    """Fresh parameters, an identical target copy and the optimiser state.
+
+    example_obs: one observation [*obs_shape] (a batch axis is added here).
+    """
+    params = network.init(key, example_obs[None])
+    return TrainState(
+        params=params,
+        target_params=params,
+        opt_state=optimizer.init(params),
+        update_count=jnp.int32(0),
+    )
+
+
+def select_action(
+    network: hk.Transformed, params: hk.Params, obs: jax.Array, epsilon: jax.Array | float, key: jax.Array
+) -> jax.Array:
+    """Epsilon-greedy: a uniformly random action with probability epsilon, else argmax Q.
+
+    obs: [B, *obs_shape] -> actions [B] int32. Each row draws its own coin and random action.
+    """
+    q_values = network.apply(params, None, obs)
+    batch, num_actions = q_values.shape
+    explore_key, action_key = jax.random.split(key)
+    explore = jax.random.uniform(explore_key, (batch,)) < epsilon
+    random_actions = jax.random.randint(action_key, (batch,), 0, num_actions)
+    return jnp.where(explore, random_actions, jnp.argmax(q_values, axis=-1)).astype(jnp.int32)
+
+
+def make_loss(config: DQNConfig, network: hk.Transformed) -> Callable[..., tuple[jax.Array, dict]]:
+    """``loss(params, target_params, batch) -> (mean Huber TD loss, aux)`` for a batch of Transitions."""
+
+    def loss_fn(params: hk.Params, target_params: hk.Params, batch: Transition):
+        q = network.apply(params, None, batch.obs)  # [B, A]
+        next_q_target = network.apply(target_params, None, batch.next_obs)  # [B, A]
+        discount = config.gamma * (1.0 - batch.terminated.astype(jnp.float32))
+        if config.double_dqn:
+            next_q_online = network.apply(params, None, batch.next_obs)
+            target = jax.vmap(losses.double_q_learning_target)(batch.reward, discount, next_q_target, next_q_online)
+        else:
+            target = jax.vmap(losses.q_learning_target)(batch.reward, discount, next_q_target)
+        td = jax.vmap(losses.td_error)(q, batch.action, target)
+        loss = jnp.mean(losses.huber_loss(td, config.huber_delta))
+        return loss, {"q_mean": jnp.mean(q), "td_abs_mean": jnp.mean(jnp.abs(td))}
+
+    return loss_fn
+
+
+def make_update(
+    config: DQNConfig, network: hk.Transformed, optimizer: optax.GradientTransformation
+) -> Callable[[TrainState, Transition], tuple[TrainState, dict[str, jax.Array]]]:
+    """A pure ``update(state, batch) -> (state, metrics)``: one gradient step, then the target update.
+
+    The target network moves every ``target_update_frequency / train_frequency`` updates
+    (so every ``target_update_frequency`` agent steps): a hard copy when tau == 1, else
+    Polyak averaging ``target <- tau * online + (1 - tau) * target``. Jit it at the call site.
+    """
+    loss_fn = make_loss(config, network)
+    updates_per_target_update = max(1, config.target_update_frequency // config.train_frequency)
+
+    def update(state: TrainState, batch: Transition):
+        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.target_params, batch)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        update_count = state.update_count + 1
+        target_params = optax.periodic_update(
+            optax.incremental_update(params, state.target_params, config.tau),
+            state.target_params,
+            update_count,
+            updates_per_target_update,
+        )
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **aux}
+        return TrainState(params, target_params, opt_state, update_count), metrics
+
+    return update

@@ -1,0 +1,147 @@
+"""DQN pieces: config validation, epsilon schedule, acting, the update and target updates."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import rlax
+
+from labcore.agents import dqn
+from labcore.nets.q_networks import make_q_network
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("learning_rate", -1e-3),
+        ("learning_rate", float("nan")),
+        ("batch_size", 0),
+        ("gamma", 1.5),
+        ("network", "transformer"),
+        ("optimizer", "sgd"),
+        ("tau", 0.0),
+        ("epsilon_end", -0.1),
+        ("exploration_fraction", 0.0),
+        ("max_grad_norm", 0.0),
+        ("hidden_sizes", ()),
+        ("env_id", ""),
+    ],
+)
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=f"DQNConfig.{field} must be"):
+        dqn.DQNConfig(**{field: value})
+
+
+def test_batch_larger_than_buffer_is_refused():
+    with pytest.raises(ValueError, match=r"DQNConfig.batch_size must be <= buffer_size \(100\)"):
+        dqn.DQNConfig(buffer_size=100, batch_size=128)
+
+
+def test_nature_atari_settings():
+    config = dqn.DQNConfig.nature_atari()
+    assert (config.network, config.buffer_size, config.batch_size) == ("nature_cnn", 1_000_000, 32)
+    assert (config.learning_starts, config.train_frequency, config.target_update_frequency) == (50_000, 4, 10_000)
+    assert dqn.DQNConfig.nature_atari(total_steps=250_000).total_steps == 250_000
+
+
+def test_linear_epsilon_schedule():
+    config = dqn.DQNConfig(total_steps=1000, exploration_fraction=0.5, epsilon_start=1.0, epsilon_end=0.1)
+    values = [float(dqn.linear_epsilon(s, config)) for s in (0, 250, 500, 900)]
+    np.testing.assert_allclose(values, [1.0, 0.55, 0.1, 0.1], rtol=1e-6)
+    assert float(jax.jit(dqn.linear_epsilon, static_argnums=1)(250, config)) == pytest.approx(0.55)
+
+
+def setup(config=None, obs_dim=4, actions=3, seed=0):
+    config = config or dqn.DQNConfig(batch_size=32, buffer_size=1000)
+    network = make_q_network("mlp", actions, (32, 32))
+    optimizer = dqn.make_optimizer(config)
+    state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_dim), jax.random.key(seed))
+    return config, network, optimizer, state
+
+
+def random_batch(key, batch=32, obs_dim=4, actions=3):
+    k = jax.random.split(key, 5)
+    return dqn.Transition(
+        obs=jax.random.normal(k[0], (batch, obs_dim)),
+        action=jax.random.randint(k[1], (batch,), 0, actions),
+        reward=jax.random.normal(k[2], (batch,)),
+        next_obs=jax.random.normal(k[3], (batch, obs_dim)),
+        terminated=jax.random.bernoulli(k[4], 0.2, (batch,)),
+    )
+
+
+def test_greedy_and_random_acting():
+    _, network, _, state = setup()
+    obs = jax.random.normal(jax.random.key(1), (2000, 4))
+    greedy = dqn.select_action(network, state.params, obs, 0.0, jax.random.key(2))
+    np.testing.assert_array_equal(greedy, jnp.argmax(network.apply(state.params, None, obs), -1))
+    random = dqn.select_action(network, state.params, obs, 1.0, jax.random.key(3))
+    counts = np.bincount(np.asarray(random), minlength=3)
+    assert counts.min() > 550  # ~667 each when uniform
+    assert random.dtype == jnp.int32
+
+
+def test_loss_matches_rlax_reference():
+    config, network, _, state = setup()
+    batch = random_batch(jax.random.key(4))
+    loss, _ = dqn.make_loss(config, network)(state.params, state.target_params, batch)
+    q = network.apply(state.params, None, batch.obs)
+    next_q = network.apply(state.target_params, None, batch.next_obs)
+    discount = config.gamma * (1 - batch.terminated)
+    td = jax.vmap(rlax.q_learning)(q, batch.action, batch.reward, discount, next_q)
+    assert float(loss) == pytest.approx(float(jnp.mean(rlax.huber_loss(td, 1.0))), rel=1e-6)
+
+
+def test_double_dqn_loss_matches_rlax_reference():
+    config, network, _, state = setup(dqn.DQNConfig(batch_size=32, buffer_size=1000, double_dqn=True))
+    # Make online and target differ, as they do during training.
+    target = jax.tree_util.tree_map(lambda p: p * 0.5, state.params)
+    batch = random_batch(jax.random.key(5))
+    loss, _ = dqn.make_loss(config, network)(state.params, target, batch)
+    q = network.apply(state.params, None, batch.obs)
+    td = jax.vmap(rlax.double_q_learning)(
+        q, batch.action, batch.reward, config.gamma * (1 - batch.terminated),
+        network.apply(target, None, batch.next_obs), network.apply(state.params, None, batch.next_obs),
+    )
+    assert float(loss) == pytest.approx(float(jnp.mean(rlax.huber_loss(td, 1.0))), rel=1e-6)
+
+
+def test_update_takes_one_optimizer_step_on_the_loss_gradient():
+    config, network, optimizer, state = setup()
+    batch = random_batch(jax.random.key(6))
+    new_state, metrics = jax.jit(dqn.make_update(config, network, optimizer))(state, batch)
+    grads = jax.grad(lambda p: dqn.make_loss(config, network)(p, state.target_params, batch)[0])(state.params)
+    updates, _ = optimizer.update(grads, optimizer.init(state.params), state.params)
+    expected = optax.apply_updates(state.params, updates)
+    for a, b in zip(jax.tree_util.tree_leaves(new_state.params), jax.tree_util.tree_leaves(expected)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert int(new_state.update_count) == 1 and float(metrics["loss"]) > 0
+
+
+def test_repeated_updates_fit_a_fixed_batch():
+    config, network, optimizer, state = setup(dqn.DQNConfig(batch_size=32, buffer_size=1000, learning_rate=1e-2))
+    batch = random_batch(jax.random.key(7))._replace(terminated=jnp.ones(32, bool))  # targets = rewards
+    update = jax.jit(dqn.make_update(config, network, optimizer))
+    first = None
+    for _ in range(300):
+        state, metrics = update(state, batch)
+        first = first if first is not None else float(metrics["loss"])
+    assert float(metrics["loss"]) < first / 5
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.1])
+def test_target_moves_every_target_update_frequency_agent_steps(tau):
+    config = dqn.DQNConfig(batch_size=32, buffer_size=1000, train_frequency=4, target_update_frequency=12, tau=tau)
+    _, network, optimizer, state = setup(config)
+    update = jax.jit(dqn.make_update(config, network, optimizer))
+    batch = random_batch(jax.random.key(8))
+    leaf = lambda tree: jax.tree_util.tree_leaves(tree)[0]  # noqa: E731
+    for count in range(1, 7):  # 12 agent steps / 4 = every 3rd update
+        old_target = state.target_params
+        state, _ = update(state, batch)
+        if count % 3:
+            np.testing.assert_array_equal(leaf(state.target_params), leaf(old_target))
+        else:
+            expected = tau * leaf(state.params) + (1 - tau) * leaf(old_target)
+            np.testing.assert_allclose(leaf(state.target_params), expected, rtol=1e-6)
