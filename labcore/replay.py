@@ -54,15 +54,7 @@ def init(example: Transition, capacity: int) -> ReplayState:
 
 def add(state: ReplayState, transition: Transition) -> ReplayState:
     """Write one transition at ``position``, overwriting the oldest when full."""
-    storage = jax.tree_util.tree_map(
-        lambda buffer, value: buffer.at[state.position].set(value), state.storage, transition
-    )
-    capacity = state.capacity
-    return ReplayState(
-        storage=storage,
-        position=(state.position + 1) % capacity,
-        size=jnp.minimum(state.size + 1, capacity),
-    )
+    return add_batch(state, jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf)[None], transition))
 
 
 def add_batch(state: ReplayState, transitions: Transition) -> ReplayState:

@@ -58,17 +58,13 @@ def pairwise_transposed(a, b):
 
 
 def global_norm_right(tree):
-    return optax_free_norm(tree)
-
-
-def optax_free_norm(tree):
     flat = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree_util.tree_leaves(tree)])
     return jnp.linalg.norm(flat)
 
 
 def global_norm_python_float(tree):
     # float() of a traced value fails under jit
-    return float(optax_free_norm(tree))
+    return float(global_norm_right(tree))
 
 
 RIGHT = {
