@@ -14,7 +14,7 @@ def count(params):
 
 def test_nature_cnn_shapes_and_parameter_count():
     network = make_q_network("nature_cnn", num_actions=4)
-    obs = jnp.zeros((2, 84, 84, 4), jnp.uint8)
+    obs = jnp.zeros((2, 4, 84, 84), jnp.uint8)
     params = network.init(jax.random.key(0), obs)
     assert network.apply(params, None, obs).shape == (2, 4)
     # conv1 8*8*4*32+32, conv2 4*4*32*64+64, conv3 3*3*64*64+64, dense 3136*512+512, head 512*4+4
@@ -24,7 +24,7 @@ def test_nature_cnn_shapes_and_parameter_count():
 
 def test_nature_cnn_scales_uint8_frames_inside():
     network = make_q_network("nature_cnn", num_actions=3)
-    frames = jax.random.randint(jax.random.key(1), (2, 84, 84, 4), 0, 256).astype(jnp.uint8)
+    frames = jax.random.randint(jax.random.key(1), (2, 4, 84, 84), 0, 256).astype(jnp.uint8)
     params = network.init(jax.random.key(0), frames)
     q = network.apply(params, None, frames)
     # The storage dtype does not matter: the same pixel values as float32 give the same Q-values.

@@ -163,7 +163,9 @@ def init_train_state(
     params = network.init(key, example_obs[None])
     return TrainState(
         params=params,
-        target_params=params,
+        # A copy, not the same arrays: a jitted update that donates its input state would
+        # otherwise be handed one buffer twice.
+        target_params=jax.tree_util.tree_map(jnp.copy, params),
         opt_state=optimizer.init(params),
         update_count=jnp.int32(0),
     )

@@ -26,7 +26,9 @@ class NatureCNN(hk.Module):
     ReLU between. Frames arrive as uint8 and are scaled to [0, 1] inside the network, so the
     replay buffer can store uint8 (4x smaller than float32).
 
-    obs: [B, 84, 84, 4] uint8 (channels last: the 4 stacked frames) -> [B, num_actions] float32.
+    obs: [B, 4, 84, 84] uint8, the 4 stacked frames first, as gymnasium's FrameStackObservation
+    returns them -> [B, num_actions] float32. The frames become channels inside (XLA's CPU and GPU
+    convolutions prefer channels last), fused with the uint8 -> float conversion.
     """
 
     def __init__(self, num_actions: int, name: str | None = None):
@@ -34,7 +36,7 @@ class NatureCNN(hk.Module):
         self.num_actions = num_actions
 
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = obs.astype(jnp.float32) / 255.0
+        x = jnp.transpose(obs, (0, 2, 3, 1)).astype(jnp.float32) / 255.0
         x = jax.nn.relu(hk.Conv2D(32, kernel_shape=8, stride=4, padding="VALID")(x))
         x = jax.nn.relu(hk.Conv2D(64, kernel_shape=4, stride=2, padding="VALID")(x))
         x = jax.nn.relu(hk.Conv2D(64, kernel_shape=3, stride=1, padding="VALID")(x))

@@ -1,0 +1,66 @@
+"""Environments: host envs through gymnasium (classic control, Atari) for the DQN loops.
+
+``make_vector_env`` is the one door the training loops use: it checks the id and the action
+space before anything is built, so a typo or a continuous-control env fails with a clear
+message instead of deep inside a wrapper.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from labcore.envs import atari
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ValueError unless gymnasium knows ``env_id`` (after registering ALE)."""
+    if atari.is_atari_id(env_id):
+        atari.register()
+    if env_id not in gym.registry:
+        close = [name for name in gym.registry if env_id.split("/")[-1].split("-")[0].lower() in name.lower()][:5]
+        hint = f"; similar ids: {', '.join(close)}" if close else ""
+        raise ValueError(f"unknown environment id {env_id!r}{hint}")
+
+
+def make_single_env(env_id: str, *, training: bool = True, seed: int | None = None, **atari_kwargs: Any) -> gym.Env:
+    """One env with episode statistics; Atari ids get the Nature preprocessing.
+
+    training=False keeps Atari rewards unclipped (the loops report game scores either way).
+    """
+    check_env_id(env_id)
+    if atari.is_atari_id(env_id):
+        env = atari.make_atari(env_id, clip_rewards=training, seed=seed, **atari_kwargs)
+    else:
+        env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
+        if seed is not None:
+            env.reset(seed=seed)
+            env.action_space.seed(seed)
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        env.close()
+        raise ValueError(
+            f"{env_id!r} has a {type(env.action_space).__name__} action space; DQN needs a Discrete one "
+            "(one Q-value per action)"
+        )
+    return env
+
+
+def make_vector_env(
+    env_id: str, num_envs: int = 1, *, seed: int = 0, training: bool = True, **atari_kwargs: Any
+) -> gym.vector.SyncVectorEnv:
+    """``num_envs`` envs stepped in lock-step, auto-resetting in the same step.
+
+    A finished env's last observation is ``info["final_obs"][i]`` and its game score
+    ``info["final_info"]["episode"]["r"][i]``; env ``i`` is seeded with ``seed + i``.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    make_single_env(env_id, training=training, **atari_kwargs).close()  # validate before building N
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: make_single_env(env_id, training=training, **atari_kwargs) for _ in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    envs.reset(seed=[seed + i for i in range(num_envs)])
+    envs.action_space.seed(seed)
+    return envs
