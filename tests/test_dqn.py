@@ -26,6 +26,12 @@ from labcore.nets.q_networks import make_q_network
         ("max_grad_norm", 0.0),
         ("hidden_sizes", ()),
         ("env_id", ""),
+        ("td_loss", "l1"),
+        ("num_envs", 0),
+        ("replay_storage", "disk"),
+        ("repeat_action_probability", 1.0),
+        ("eval_episodes", 0),
+        ("eval_epsilon", 2.0),
     ],
 )
 def test_bad_config_names_the_field(field, value):
@@ -36,6 +42,19 @@ def test_bad_config_names_the_field(field, value):
 def test_batch_larger_than_buffer_is_refused():
     with pytest.raises(ValueError, match=r"DQNConfig.batch_size must be <= buffer_size \(100\)"):
         dqn.DQNConfig(buffer_size=100, batch_size=128)
+
+
+def test_frame_storage_needs_frames_and_one_env():
+    with pytest.raises(ValueError, match="DQNConfig.replay_storage must be 'transitions' unless"):
+        dqn.DQNConfig(replay_storage="frames")
+    with pytest.raises(ValueError, match="DQNConfig.num_envs must be 1 with replay_storage='frames'"):
+        dqn.DQNConfig.nature_atari(num_envs=4)
+
+
+def test_short_atari_schedule_fits_its_budget():
+    config = dqn.DQNConfig.atari_short(total_steps=250_000)
+    assert config.buffer_size == 250_000 and config.exploration_fraction * config.total_steps == 100_000
+    assert (config.network, config.td_loss, config.replay_storage) == ("nature_cnn", "huber", "frames")
 
 
 def test_nature_atari_settings():
@@ -80,21 +99,26 @@ def test_greedy_and_random_acting():
     counts = np.bincount(np.asarray(random), minlength=3)
     assert counts.min() > 550  # ~667 each when uniform
     assert random.dtype == jnp.int32
+    # epsilon 0.3: a random action differs from the greedy one 2/3 of the time -> 20% differ.
+    mixed = dqn.select_action(network, state.params, obs, 0.3, jax.random.key(4))
+    assert 0.17 < float(jnp.mean(mixed != greedy)) < 0.23
 
 
-def test_loss_matches_rlax_reference():
-    config, network, _, state = setup()
+@pytest.mark.parametrize("td_loss", ["huber", "mse"])
+def test_loss_matches_rlax_reference(td_loss):
+    config, network, _, state = setup(dqn.DQNConfig(batch_size=32, buffer_size=1000, td_loss=td_loss))
     batch = random_batch(jax.random.key(4))
     loss, _ = dqn.make_loss(config, network)(state.params, state.target_params, batch)
     q = network.apply(state.params, None, batch.obs)
     next_q = network.apply(state.target_params, None, batch.next_obs)
     discount = config.gamma * (1 - batch.terminated)
     td = jax.vmap(rlax.q_learning)(q, batch.action, batch.reward, discount, next_q)
-    assert float(loss) == pytest.approx(float(jnp.mean(rlax.huber_loss(td, 1.0))), rel=1e-6)
+    expected = rlax.huber_loss(td, 1.0) if td_loss == "huber" else rlax.l2_loss(td)
+    assert float(loss) == pytest.approx(float(jnp.mean(expected)), rel=1e-6)
 
 
 def test_double_dqn_loss_matches_rlax_reference():
-    config, network, _, state = setup(dqn.DQNConfig(batch_size=32, buffer_size=1000, double_dqn=True))
+    config, network, _, state = setup(dqn.DQNConfig(batch_size=32, buffer_size=1000, double_dqn=True, td_loss="huber"))
     # Make online and target differ, as they do during training.
     target = jax.tree_util.tree_map(lambda p: p * 0.5, state.params)
     batch = random_batch(jax.random.key(5))

@@ -1,0 +1,444 @@
+"""DQN on gymnasium environments: the host training loop, greedy evaluation, checkpoints.
+
+The environment runs in Python; everything else is two compiled functions:
+
+* ``act(params, obs, step, key) -> actions``: epsilon-greedy with the scheduled epsilon;
+* ``learn(train_state, replay, chunk, episode_end, step, key, num_updates)``: store a chunk
+  of transitions and apply the updates that fell due while they were collected.
+
+Both are pure and jitted once; ``learn`` donates its inputs, so the replay buffer (7 GB for
+a million Atari frames) is updated in place. The host steps the envs, collects
+``train_frequency`` agent steps of transitions in numpy, then makes one ``learn`` call: an
+update happens every ``train_frequency`` steps anyway, and one call per update instead of
+one per step is most of what makes a host loop fast (a jitted call costs tens of
+microseconds; a CartPole step costs ten). Since an update only ever falls due at the end of
+a chunk, this is the same algorithm as storing every step at once. PRNG keys are
+``fold_in(key, step)``, so a run is a pure function of its seed, however it is chunked.
+
+    result = train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), run_dir="runs/cartpole")
+    returns = evaluate(result.config, result.train_state.params, episodes=20)
+
+A run directory holds ``metrics.jsonl`` / ``metrics.csv`` and ``checkpoints/``; ``train``
+with ``resume=True`` continues from the newest checkpoint there, and, when the replay buffer
+and the environments were saved with it, continues exactly as if never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import time
+import warnings
+from collections import deque
+from functools import partial
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from labcore import checkpoint, envs, frame_replay, replay
+from labcore.agents import dqn
+from labcore.logging import MetricsLogger
+from labcore.nets.q_networks import make_q_network
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+class TrainResult(NamedTuple):
+    """What ``train`` returns."""
+
+    config: dqn.DQNConfig
+    train_state: dqn.TrainState
+    metrics: list[dict[str, Any]]  # the logged rows
+    episode_returns: list[float]  # every finished training episode's game score, in order
+    steps: int  # agent steps taken
+    wall_time: float  # seconds spent in this call
+
+
+def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(observation shape, dtype, number of actions), checked before anything is built.
+
+    Raises ValueError for an unknown env id or a non-Discrete action space.
+    """
+    env = envs.make_single_env(config.env_id, **_atari_kwargs(config))
+    shape, dtype, num_actions = env.observation_space.shape, env.observation_space.dtype, int(env.action_space.n)
+    env.close()
+    if config.network == "nature_cnn" and len(shape) != 3:
+        raise ValueError(f"DQNConfig.network 'nature_cnn' needs stacked frames, but {config.env_id} observes {shape}")
+    if config.network == "mlp" and len(shape) != 1:
+        raise ValueError(f"DQNConfig.network 'mlp' needs vector observations, but {config.env_id} observes {shape}")
+    return shape, dtype, num_actions
+
+
+def _atari_kwargs(config: dqn.DQNConfig) -> dict[str, Any]:
+    if envs.atari.is_atari_id(config.env_id):
+        return {"repeat_action_probability": config.repeat_action_probability}
+    return {}
+
+
+def make_network(config: dqn.DQNConfig, num_actions: int) -> hk.Transformed:
+    return make_q_network(config.network, num_actions, config.hidden_sizes)
+
+
+def make_act(config: dqn.DQNConfig, network: hk.Transformed):
+    """Jitted ``act(params, obs [N, ...], step, key) -> [N] int32`` with the scheduled epsilon."""
+
+    @jax.jit
+    def act(params, obs, step, key):
+        return dqn.select_action(network, params, obs, dqn.linear_epsilon(step, config), jax.random.fold_in(key, step))
+
+    return act
+
+
+def make_learn(config: dqn.DQNConfig, network: hk.Transformed, optimizer):
+    """Jitted ``learn(train_state, replay_state, chunk, episode_end, step, key, num_updates)``.
+
+    chunk: a Transition with leaves [T, N, ...] (T env steps of N envs); episode_end: [T, N]
+    bool; step: agent steps taken after the chunk (seeds the update keys); num_updates: how
+    many updates to apply after storing the chunk.
+    Returns (train_state, replay_state, metrics); metrics are the last update's (zeros if none).
+    """
+    update = dqn.make_update(config, network, optimizer)
+    frames = config.replay_storage == "frames"
+
+    def store(replay_state, chunk, episode_end):
+        if frames:  # one env, so one stream of frames: add the T steps in order
+            def add_one(state, step_data):
+                transition, end = step_data
+                return frame_replay.add(state, jax.tree_util.tree_map(lambda leaf: leaf[0], transition), end[0]), None
+
+            return jax.lax.scan(add_one, replay_state, (chunk, episode_end))[0]
+        flat = jax.tree_util.tree_map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), chunk)  # [T * N, ...]
+        return replay.add_batch(replay_state, flat)
+
+    def sample(replay_state, key):
+        if frames:
+            return frame_replay.sample(replay_state, key, config.batch_size)
+        return replay.sample(replay_state, key, config.batch_size)
+
+    @partial(jax.jit, donate_argnums=(0, 1))
+    def learn(train_state, replay_state, chunk, episode_end, step, key, num_updates):
+        replay_state = store(replay_state, chunk, episode_end)
+        step_key = jax.random.fold_in(key, step)
+        zeros = {"loss": 0.0, "grad_norm": 0.0, "q_mean": 0.0, "td_abs_mean": 0.0}
+
+        def one_update(i, carry):
+            state, _ = carry
+            return update(state, sample(replay_state, jax.random.fold_in(step_key, i)))
+
+        train_state, metrics = jax.lax.fori_loop(
+            0, num_updates, one_update, (train_state, jax.tree_util.tree_map(jnp.float32, zeros))
+        )
+        return train_state, replay_state, metrics
+
+    return learn
+
+
+def init_replay(config: dqn.DQNConfig, obs_shape, obs_dtype):
+    if config.replay_storage == "frames":
+        return frame_replay.init(config.buffer_size, tuple(obs_shape[1:]))
+    example = dqn.Transition(
+        obs=np.zeros(obs_shape, obs_dtype),
+        action=np.int32(0),
+        reward=np.float32(0),
+        next_obs=np.zeros(obs_shape, obs_dtype),
+        terminated=np.bool_(False),
+    )
+    return replay.init(example, config.buffer_size)
+
+
+def _updates_due(step_before: int, step_after: int, config: dqn.DQNConfig) -> int:
+    """Updates owed for agent steps (step_before, step_after]: one per multiple of train_frequency."""
+    if step_after <= config.learning_starts:
+        return 0
+    start = max(step_before, config.learning_starts)
+    return step_after // config.train_frequency - start // config.train_frequency
+
+
+def _final_observations(next_obs: np.ndarray, done: np.ndarray, info: dict) -> np.ndarray:
+    """The true next observations: for envs that just finished, the last one before the reset."""
+    if not done.any():
+        return next_obs
+    real = next_obs.copy()
+    for i in np.flatnonzero(done):
+        real[i] = info["final_obs"][i]
+    return real
+
+
+def _finished_episodes(done: np.ndarray, info: dict) -> list[tuple[float, int]]:
+    """(game score, length) of each env that finished this step."""
+    if not done.any():
+        return []
+    stats = info["final_info"]["episode"]
+    return [(float(stats["r"][i]), int(stats["l"][i])) for i in np.flatnonzero(done)]
+
+
+def _life_lost(info: dict, num_envs: int) -> np.ndarray:
+    return np.asarray(info.get("life_lost", np.zeros(num_envs, bool)), bool)
+
+
+def train(
+    config: dqn.DQNConfig,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    log_every: int = 1_000,
+    checkpoint_every: int | None = None,
+    save_replay: bool = True,
+    resume: bool = False,
+    stop_at: int | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train a DQN agent on ``config.env_id`` for ``config.total_steps`` agent steps.
+
+    run_dir: where metrics and checkpoints go (None: metrics in memory, no checkpoints).
+    log_every: agent steps between metric rows.
+    checkpoint_every: agent steps between checkpoints (None: only at the end, if run_dir).
+    save_replay: include the replay buffer and the pickled envs in checkpoints, which makes a
+      resumed run continue exactly; without them a resume refills the buffer from scratch.
+    resume: continue from the newest checkpoint in ``run_dir/checkpoints``.
+    stop_at: stop after this many agent steps (and checkpoint), as if interrupted; the
+      schedules still follow ``total_steps``.
+    """
+    if log_every < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1 or None, got {checkpoint_every}")
+    if (checkpoint_every is not None or resume) and run_dir is None:
+        raise ValueError("checkpoints need a run_dir")
+    obs_shape, obs_dtype, num_actions = env_spec(config)  # fails early on a bad env
+    end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
+
+    network = make_network(config, num_actions)
+    optimizer = dqn.make_optimizer(config)
+    act, learn = make_act(config, network), make_learn(config, network, optimizer)
+
+    init_key, key = jax.random.split(jax.random.key(config.seed))  # key: the base of every act/learn key
+    train_state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), init_key)
+    replay_state = init_replay(config, obs_shape, obs_dtype)
+    vector_env = envs.make_vector_env(config.env_id, config.num_envs, seed=config.seed, **_atari_kwargs(config))
+    obs, _ = vector_env.reset(seed=[config.seed + i for i in range(config.num_envs)])
+    step, episode_returns = 0, []
+
+    checkpoint_dir = None if run_dir is None else Path(run_dir) / CHECKPOINT_DIR
+    if resume and checkpoint.latest_step(checkpoint_dir) is not None:
+        loop = _restore(checkpoint_dir, config, train_state, replay_state, obs)
+        train_state, replay_state, key = loop["train_state"], loop["replay"], loop["key"]
+        step, episode_returns, obs = loop["step"], loop["episode_returns"], loop["obs"]
+        if loop["envs"] is not None:
+            vector_env.close()
+            vector_env = _vector_env_from(loop["envs"])
+        else:
+            obs, _ = vector_env.reset(seed=[config.seed + step + i for i in range(config.num_envs)])
+    act_key, learn_key = jax.random.split(key)
+
+    # Transitions wait on the host until an update is due: chunks end at multiples of
+    # train_frequency agent steps (or every step when num_envs does not divide it).
+    steps_per_chunk = config.train_frequency if config.train_frequency % config.num_envs == 0 else config.num_envs
+    chunk: list[dqn.Transition] = []
+    chunk_ends: list[np.ndarray] = []
+    chunk_start = step
+
+    logger = MetricsLogger(run_dir)
+    recent = deque(episode_returns[-20:], maxlen=20)
+    metrics = None
+    started, last_log_time, last_log_step = time.perf_counter(), time.perf_counter(), step
+    bar = _progress_bar(progress, step, end_step, config.env_id)
+    life_loss_terminal = config.life_loss_terminal and envs.atari.is_atari_id(config.env_id)
+
+    while step < end_step:
+        actions = np.asarray(act(train_state.params, obs, step, act_key))
+        next_obs, reward, terminated, truncated, info = vector_env.step(actions)
+        done = terminated | truncated
+        learn_terminated = terminated | (_life_lost(info, config.num_envs) if life_loss_terminal else False)
+        chunk.append(
+            dqn.Transition(
+                obs=obs,
+                action=actions.astype(np.int32),
+                reward=reward.astype(np.float32),
+                next_obs=_final_observations(next_obs, done, info),
+                terminated=np.asarray(learn_terminated, bool),
+            )
+        )
+        chunk_ends.append(done)
+        obs, step = next_obs, step + config.num_envs
+        for score, _length in _finished_episodes(done, info):
+            episode_returns.append(score)
+            recent.append(score)
+        bar.update(config.num_envs)
+        if step % steps_per_chunk and step < end_step:
+            continue
+
+        # End of a chunk: store it and apply the updates that fell due while collecting it.
+        num_updates = _updates_due(chunk_start, step, config)
+        stacked = jax.tree_util.tree_map(lambda *leaves: np.stack(leaves), *chunk)
+        train_state, replay_state, update_metrics = learn(
+            train_state, replay_state, stacked, np.stack(chunk_ends), step, learn_key, num_updates
+        )
+        if num_updates:
+            metrics = update_metrics
+        chunk, chunk_ends, chunk_start = [], [], step
+
+        if step // log_every > last_log_step // log_every or step >= end_step:
+            now = time.perf_counter()
+            row = {
+                "step": step,
+                "episodes": len(episode_returns),
+                "episode_return": float(np.mean(recent)) if recent else None,
+                "epsilon": float(dqn.linear_epsilon(step, config)),
+                "steps_per_second": (step - last_log_step) / max(now - last_log_time, 1e-9),
+                "time": now - started,
+            }
+            if metrics is not None:
+                row.update({name: float(value) for name, value in metrics.items()})
+            logger.log(row)
+            bar.set_postfix(ret=row["episode_return"], eps=round(row["epsilon"], 3), sps=int(row["steps_per_second"]))
+            last_log_time, last_log_step = now, step
+        if checkpoint_dir is not None and (
+            step >= end_step or (checkpoint_every is not None and step // checkpoint_every > (step - steps_per_chunk) // checkpoint_every)
+        ):
+            _save(checkpoint_dir, config, step, train_state, replay_state, key, obs, vector_env, episode_returns, save_replay)
+
+    bar.close()
+    vector_env.close()
+    return TrainResult(config, train_state, logger.rows, episode_returns, step, time.perf_counter() - started)
+
+
+def _progress_bar(enabled: bool, initial: int, total: int, name: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, desc=f"DQN {name}", unit="step", mininterval=1.0)
+
+
+def _save(directory, config, step, train_state, replay_state, key, obs, vector_env, episode_returns, save_replay):
+    state = {"train_state": train_state, "key": jax.random.key_data(key), "obs": obs}
+    env_bytes = None
+    if save_replay:
+        state["replay"] = replay_state
+        try:
+            env_bytes = pickle.dumps(vector_env.envs)
+        except Exception as error:  # an env whose state cannot be pickled resumes from a reset
+            warnings.warn(f"environment state not saved ({error}); a resume starts new episodes", stacklevel=3)
+    if env_bytes is not None:
+        state["envs"] = np.frombuffer(env_bytes, np.uint8)
+    metadata = {
+        "step": step,
+        "config": dataclasses.asdict(config),
+        "episode_returns": episode_returns,
+        "has_replay": save_replay,
+        "has_envs": env_bytes is not None,
+        "envs_bytes": 0 if env_bytes is None else len(env_bytes),
+    }
+    checkpoint.save(directory, step, state, metadata)
+
+
+def _restore(directory, config, train_state, replay_state, obs) -> dict[str, Any]:
+    metadata = checkpoint.restore_metadata(directory)
+    saved = dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()})
+    if dataclasses.replace(saved, seed=config.seed) != config:
+        different = [f.name for f in dataclasses.fields(config) if getattr(saved, f.name) != getattr(config, f.name)]
+        raise ValueError(f"the checkpoint in {directory} was written with a different config: {different}")
+    like = {"train_state": train_state, "key": jax.random.key_data(jax.random.key(0)), "obs": obs}
+    if metadata["has_replay"]:
+        like["replay"] = replay_state
+    if metadata["has_envs"]:
+        like["envs"] = np.zeros(metadata["envs_bytes"], np.uint8)
+    state, _ = checkpoint.restore(directory, like)
+    return {
+        "train_state": jax.tree_util.tree_map(jnp.asarray, state["train_state"]),
+        "replay": jax.tree_util.tree_map(jnp.asarray, state["replay"]) if metadata["has_replay"] else replay_state,
+        "key": jax.random.wrap_key_data(jnp.asarray(state["key"])),
+        "obs": np.asarray(state["obs"]),
+        "step": int(metadata["step"]),
+        "episode_returns": list(metadata["episode_returns"]),
+        "envs": pickle.loads(np.asarray(state["envs"]).tobytes()) if metadata["has_envs"] else None,
+    }
+
+
+def _vector_env_from(env_list: list[gym.Env]) -> gym.vector.SyncVectorEnv:
+    """A vector env around already-running envs (restored from a checkpoint): no reset."""
+    return gym.vector.SyncVectorEnv(
+        [lambda env=env: env for env in env_list], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+
+
+def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, dqn.TrainState]:
+    """(config, train state) from a run directory or its ``checkpoints`` folder, for evaluation."""
+    directory = Path(path)
+    if (directory / CHECKPOINT_DIR).is_dir():
+        directory = directory / CHECKPOINT_DIR
+    metadata = checkpoint.restore_metadata(directory, step)
+    config = dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()})
+    obs_shape, obs_dtype, num_actions = env_spec(config)
+    network = make_network(config, num_actions)
+    optimizer = dqn.make_optimizer(config)
+    like = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), jax.random.key(0))
+    return config, _restore_train_state_only(directory, like, config, obs_shape, obs_dtype, step)
+
+
+def _restore_train_state_only(directory, like, config, obs_shape, obs_dtype, step):
+    metadata = checkpoint.restore_metadata(directory, step)
+    template = {
+        "train_state": like,
+        "key": np.zeros(2, np.uint32),
+        "obs": np.zeros((config.num_envs, *obs_shape), obs_dtype),
+    }
+    if metadata["has_replay"]:
+        template["replay"] = jax.eval_shape(lambda: init_replay(config, obs_shape, obs_dtype))
+    if metadata["has_envs"]:
+        template["envs"] = np.zeros(metadata["envs_bytes"], np.uint8)
+    state, _ = checkpoint.restore(directory, template, step)
+    return jax.tree_util.tree_map(jnp.asarray, state["train_state"])
+
+
+def evaluate(
+    config: dqn.DQNConfig,
+    params: hk.Params,
+    *,
+    episodes: int | None = None,
+    epsilon: float | None = None,
+    seed: int = 10_000,
+    num_envs: int | None = None,
+    max_steps: int = 1_000_000,
+    max_episode_steps: int | None = None,
+) -> list[float]:
+    """Game scores of ``episodes`` episodes with epsilon-greedy actions and no learning.
+
+    Defaults come from the config (eval_episodes, eval_epsilon). Atari rewards are not
+    clipped and a lost life does not end the episode: the score is the whole game's.
+    Episodes are spread over ``num_envs`` envs (default: up to 8), each running its share to
+    the end, so short episodes are not favoured. max_episode_steps caps an Atari game's
+    length (default 27,000 agent steps), e.g. for an untrained agent that never serves.
+    """
+    episodes = config.eval_episodes if episodes is None else episodes
+    epsilon = config.eval_epsilon if epsilon is None else epsilon
+    num_envs = min(episodes, 8) if num_envs is None else num_envs
+    _, _, num_actions = env_spec(config)
+    network = make_network(config, num_actions)
+    policy = jax.jit(lambda p, o, step, k: dqn.select_action(network, p, o, epsilon, jax.random.fold_in(k, step)))
+    env_kwargs = _atari_kwargs(config)
+    if max_episode_steps is not None and env_kwargs:
+        env_kwargs["max_episode_steps"] = max_episode_steps
+    vector_env = envs.make_vector_env(config.env_id, num_envs, seed=seed, training=False, **env_kwargs)
+    quota = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+    scores: list[list[float]] = [[] for _ in range(num_envs)]
+    obs, _ = vector_env.reset(seed=[seed + i for i in range(num_envs)])
+    key = jax.random.key(seed)
+    for step in range(max_steps):
+        obs, _, terminated, truncated, info = vector_env.step(np.asarray(policy(params, obs, step, key)))
+        done = terminated | truncated
+        if done.any():
+            stats = info["final_info"]["episode"]
+            for i in np.flatnonzero(done):
+                if len(scores[i]) < quota[i]:
+                    scores[i].append(float(stats["r"][i]))
+        if all(len(s) >= q for s, q in zip(scores, quota)):
+            break
+    else:
+        raise RuntimeError(f"evaluation did not finish {episodes} episodes within {max_steps} steps")
+    vector_env.close()
+    return [score for env_scores in scores for score in env_scores]

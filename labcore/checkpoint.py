@@ -1,0 +1,89 @@
+"""Orbax checkpoints of whole training states: arrays as a pytree, metadata as JSON.
+
+    save("runs/x/checkpoints", step, {"train_state": ..., "replay": ...}, {"config": {...}})
+    state, meta = restore("runs/x/checkpoints", like={"train_state": ..., "replay": ...})
+
+``like`` is a pytree of the same structure (real arrays or ``jax.ShapeDtypeStruct``s) that
+tells orbax the shapes and dtypes to restore into. Typed PRNG keys (``jax.random.key``) are
+not plain arrays: store ``jax.random.key_data(key)`` and re-wrap with ``wrap_key_data``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+def _manager(directory: str | os.PathLike, max_to_keep: int | None = 2) -> ocp.CheckpointManager:
+    return ocp.CheckpointManager(
+        Path(directory).absolute(),
+        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+    )
+
+
+def save(
+    directory: str | os.PathLike, step: int, state: Any, metadata: dict[str, Any], max_to_keep: int | None = 2
+) -> Path:
+    """Write ``state`` (a pytree of arrays) and ``metadata`` (JSON-able) as checkpoint ``step``.
+
+    Blocks until written. Keeps the newest ``max_to_keep`` checkpoints. Returns the step's folder.
+    """
+    state = _as_arrays(state)
+    with _manager(directory, max_to_keep) as manager:
+        manager.save(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), metadata=ocp.args.JsonSave(metadata)),
+            force=True,
+        )
+        manager.wait_until_finished()
+    return Path(directory).absolute() / str(step)
+
+
+def latest_step(directory: str | os.PathLike) -> int | None:
+    """The newest checkpoint step in ``directory``, or None if there is none."""
+    if not Path(directory).exists():
+        return None
+    with _manager(directory) as manager:
+        return manager.latest_step()
+
+
+def restore_metadata(directory: str | os.PathLike, step: int | None = None) -> dict[str, Any]:
+    """Only the JSON metadata of checkpoint ``step`` (default: the newest)."""
+    with _manager(directory) as manager:
+        step = _existing_step(manager, directory, step)
+        return manager.restore(step, args=ocp.args.Composite(metadata=ocp.args.JsonRestore()))["metadata"]
+
+
+def restore(directory: str | os.PathLike, like: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """(state, metadata) of checkpoint ``step`` (default: the newest), shaped like ``like``."""
+    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, _as_arrays(like))
+    with _manager(directory) as manager:
+        step = _existing_step(manager, directory, step)
+        restored = manager.restore(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()),
+        )
+    return restored["state"], restored["metadata"]
+
+
+def _as_arrays(tree: Any) -> Any:
+    """Orbax takes arrays: numpy scalars such as np.int32(4) become 0-d numpy arrays."""
+    return jax.tree_util.tree_map(
+        lambda leaf: leaf if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)) else np.asarray(leaf), tree
+    )
+
+
+def _existing_step(manager: ocp.CheckpointManager, directory: str | os.PathLike, step: int | None) -> int:
+    available = manager.all_steps()
+    if not available:
+        raise FileNotFoundError(f"no checkpoint in {directory}")
+    if step is None:
+        return max(available)
+    if step not in available:
+        raise FileNotFoundError(f"no checkpoint for step {step} in {directory}; available: {sorted(available)}")
+    return step
