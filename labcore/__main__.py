@@ -3,11 +3,18 @@
     python -m labcore doctor            versions, devices and a measured micro-benchmark
     python -m labcore doctor --json     the same as JSON
     python -m labcore exercises         list the notebook exercises and what each asks
+    python -m labcore train dqn --env CartPole-v1 --run-dir runs/cartpole [--total-steps ...]
+    python -m labcore train dqn --preset atari_short --env ALE/Breakout-v5 --run-dir runs/breakout
+    python -m labcore eval dqn --checkpoint runs/cartpole [--episodes 20 --epsilon 0.05]
+
+Every DQNConfig field is a flag of ``train dqn`` (``--help`` lists them with their defaults).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 
 
@@ -30,11 +37,107 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the results as JSON")
 
     commands.add_parser("exercises", help="list the notebook exercises")
+
+    train = commands.add_parser("train", help="train an agent").add_subparsers(dest="agent", required=True)
+    train_dqn = train.add_parser("dqn", help="DQN on a gymnasium env (classic control or ALE/ Atari)")
+    train_dqn.add_argument("--preset", choices=("default", "nature_atari", "atari_short"), default="default",
+                           help="starting configuration that the other flags override")
+    _add_config_flags(train_dqn)
+    train_dqn.add_argument("--run-dir", default=None, help="folder for metrics.jsonl/csv and checkpoints/")
+    train_dqn.add_argument("--log-every", type=_positive_int, default=1_000, help="agent steps between metric rows")
+    train_dqn.add_argument("--checkpoint-every", type=_positive_int, default=None, help="agent steps between checkpoints")
+    train_dqn.add_argument("--no-save-replay", action="store_true", help="leave the replay buffer out of checkpoints")
+    train_dqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    train_dqn.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
+
+    evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
+    eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
+    eval_dqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
+    eval_dqn.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
+    eval_dqn.add_argument("--episodes", type=_positive_int, default=None, help="default: the config's eval_episodes")
+    eval_dqn.add_argument("--epsilon", type=float, default=None, help="default: the config's eval_epsilon")
+    eval_dqn.add_argument("--seed", type=int, default=10_000)
     return parser
+
+
+def _flag_type(annotation: str):
+    """(argparse type, nargs) for a DQNConfig field annotation (dataclass annotations are strings here)."""
+    if annotation.startswith("tuple"):
+        return int, "+"
+    if annotation == "float | None":
+        return (lambda text: None if text.lower() == "none" else float(text)), None
+    return {"int": int, "float": float, "str": str}[annotation], None
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    from labcore.agents.dqn import DQNConfig
+
+    group = parser.add_argument_group("DQNConfig fields (unset flags keep the preset's value)")
+    for field in dataclasses.fields(DQNConfig):
+        flag = "--" + ("env" if field.name == "env_id" else field.name.replace("_", "-"))
+        default = field.default
+        if field.type == "bool":
+            group.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"(default {default})")
+            continue
+        kind, nargs = _flag_type(field.type)
+        group.add_argument(flag, dest=field.name, type=kind, nargs=nargs, default=None, help=f"(default {default})")
+
+
+def _config_from(args: argparse.Namespace):
+    from labcore.agents.dqn import DQNConfig
+
+    overrides = {}
+    for field in dataclasses.fields(DQNConfig):
+        value = getattr(args, field.name)
+        if value is not None:
+            overrides[field.name] = tuple(value) if isinstance(value, list) else value
+    if args.preset == "default":
+        return DQNConfig(**overrides)
+    return getattr(DQNConfig, args.preset)(**overrides)
+
+
+def _train_dqn(args: argparse.Namespace) -> int:
+    from labcore.agents import dqn_loop
+
+    config = _config_from(args)
+    print(config)
+    result = dqn_loop.train(
+        config,
+        run_dir=args.run_dir,
+        log_every=args.log_every,
+        checkpoint_every=args.checkpoint_every,
+        save_replay=not args.no_save_replay,
+        resume=args.resume,
+    )
+    summary = {"steps": result.steps, "wall_time_s": round(result.wall_time, 1),
+               "steps_per_second": round(result.steps / max(result.wall_time, 1e-9), 1),
+               "episodes": len(result.episode_returns)}
+    if not args.no_eval:
+        scores = dqn_loop.evaluate(config, result.train_state.params)
+        summary.update(eval_mean=float(sum(scores) / len(scores)), eval_episodes=len(scores))
+    print(json.dumps(summary))
+    return 0
+
+
+def _eval_dqn(args: argparse.Namespace) -> int:
+    from labcore.agents import dqn_loop
+
+    config, state = dqn_loop.load_checkpoint(args.checkpoint, args.step)
+    scores = dqn_loop.evaluate(config, state.params, episodes=args.episodes, epsilon=args.epsilon, seed=args.seed)
+    print(json.dumps({"env": config.env_id, "episodes": len(scores), "mean": sum(scores) / len(scores),
+                      "min": min(scores), "max": max(scores), "scores": scores}))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("train", "eval"):
+        try:
+            return (_train_dqn if args.command == "train" else _eval_dqn)(args)
+        except (ValueError, FileNotFoundError) as error:  # bad config or env: one clear line, no traceback
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.command == "doctor":
         from labcore import doctor
 
