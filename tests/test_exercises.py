@@ -67,6 +67,33 @@ def global_norm_python_float(tree):
     return float(global_norm_right(tree))
 
 
+def huber_right(x, delta):
+    small = jnp.abs(x) <= delta
+    return jnp.where(small, 0.5 * x**2, delta * (jnp.abs(x) - 0.5 * delta))
+
+
+def huber_quadratic_only(x, delta):
+    return 0.5 * x**2
+
+
+def epsilon_right(step, start, end, duration):
+    return start + jnp.clip(step / duration, 0.0, 1.0) * (end - start)
+
+
+def epsilon_python_min(step, start, end, duration):
+    return start + min(step / duration, 1.0) * (end - start)  # fails on arrays and under jit
+
+
+def replay_sample_right(state, key, batch_size):
+    indices = jax.random.randint(key, (batch_size,), 0, state.size)
+    return jax.tree_util.tree_map(lambda leaf: leaf[indices], state.storage)
+
+
+def replay_sample_includes_empty_slots(state, key, batch_size):
+    indices = jax.random.randint(key, (batch_size,), 0, state.capacity)
+    return jax.tree_util.tree_map(lambda leaf: leaf[indices], state.storage)
+
+
 RIGHT = {
     "stable_softmax": softmax_right,
     "set_diagonal": diagonal_right,
@@ -74,6 +101,9 @@ RIGHT = {
     "linear_regression_grad": regression_grad_right,
     "pairwise_squared_distances": pairwise_right,
     "global_norm": global_norm_right,
+    "huber_loss": huber_right,
+    "epsilon_schedule": epsilon_right,
+    "replay_sample": replay_sample_right,
 }
 WRONG = {
     "stable_softmax": softmax_naive,
@@ -82,13 +112,14 @@ WRONG = {
     "linear_regression_grad": regression_grad_wrong_structure,
     "pairwise_squared_distances": pairwise_transposed,
     "global_norm": global_norm_python_float,
+    "huber_loss": huber_quadratic_only,
+    "epsilon_schedule": epsilon_python_min,
+    "replay_sample": replay_sample_includes_empty_slots,
 }
 
 
 def test_every_registered_exercise_is_covered_here():
-    for name in ("stable_softmax", "set_diagonal", "dropout", "linear_regression_grad",
-                 "pairwise_squared_distances", "global_norm"):
-        assert name in exercises.names()
+    assert set(RIGHT) == set(WRONG) == set(exercises.names())
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))
