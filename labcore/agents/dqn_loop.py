@@ -335,8 +335,8 @@ def _save(directory, config, step, train_state, replay_state, key, obs, vector_e
 
 def _restore(directory, config, train_state, replay_state, obs) -> dict[str, Any]:
     metadata = checkpoint.restore_metadata(directory)
-    saved = dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()})
-    if dataclasses.replace(saved, seed=config.seed) != config:
+    saved = _config_from_metadata(metadata)
+    if saved != config:
         different = [f.name for f in dataclasses.fields(config) if getattr(saved, f.name) != getattr(config, f.name)]
         raise ValueError(f"the checkpoint in {directory} was written with a different config: {different}")
     like = {"train_state": train_state, "key": jax.random.key_data(jax.random.key(0)), "obs": obs}
@@ -356,6 +356,11 @@ def _restore(directory, config, train_state, replay_state, obs) -> dict[str, Any
     }
 
 
+def _config_from_metadata(metadata: dict[str, Any]) -> dqn.DQNConfig:
+    """The DQNConfig a checkpoint was written with (JSON turned its tuples into lists)."""
+    return dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()})
+
+
 def _vector_env_from(env_list: list[gym.Env]) -> gym.vector.SyncVectorEnv:
     """A vector env around already-running envs (restored from a checkpoint): no reset."""
     return gym.vector.SyncVectorEnv(
@@ -369,7 +374,7 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     if (directory / CHECKPOINT_DIR).is_dir():
         directory = directory / CHECKPOINT_DIR
     metadata = checkpoint.restore_metadata(directory, step)
-    config = dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()})
+    config = _config_from_metadata(metadata)
     obs_shape, obs_dtype, num_actions = env_spec(config)
     network = make_network(config, num_actions)
     optimizer = dqn.make_optimizer(config)
