@@ -169,3 +169,32 @@ def test_target_moves_every_target_update_frequency_agent_steps(tau):
         else:
             expected = tau * leaf(state.params) + (1 - tau) * leaf(old_target)
             np.testing.assert_allclose(leaf(state.target_params), expected, rtol=1e-6)
+
+
+def test_act_store_and_update_run_inside_one_lax_scan():
+    """The pieces are pure: a whole act -> store -> sample -> update loop compiles as one scan,
+    and gives what the same steps give one Python call at a time."""
+    from labcore import replay
+
+    config, network, optimizer, state = setup()
+    update = dqn.make_update(config, network, optimizer)
+    example = jax.tree_util.tree_map(lambda leaf: leaf[0], random_batch(jax.random.key(0)))
+    buffer = replay.init(example, capacity=64)
+
+    def one_step(carry, key):
+        state, buffer = carry
+        act_key, data_key, sample_key = jax.random.split(key, 3)
+        fresh = random_batch(data_key, batch=4)
+        actions = dqn.select_action(network, state.params, fresh.obs, 0.1, act_key)
+        buffer = replay.add_batch(buffer, fresh._replace(action=actions))
+        state, metrics = update(state, replay.sample(buffer, sample_key, config.batch_size))
+        return (state, buffer), metrics["loss"]
+
+    keys = jax.random.split(jax.random.key(1), 20)
+    (scanned, _), scan_losses = jax.jit(lambda c, k: jax.lax.scan(one_step, c, k))((state, buffer), keys)
+    carry, loop_losses = (state, buffer), []
+    for key in keys:
+        carry, loss = jax.jit(one_step)(carry, key)
+        loop_losses.append(loss)
+    np.testing.assert_allclose(scan_losses, np.array(loop_losses), rtol=1e-4, atol=1e-6)
+    assert int(scanned.update_count) == 20 and int(carry[1].size) == 64
