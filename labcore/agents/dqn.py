@@ -260,19 +260,29 @@ def make_loss(config: DQNConfig, network: hk.Transformed) -> Callable[..., tuple
 
 
 def make_update(
-    config: DQNConfig, network: hk.Transformed, optimizer: optax.GradientTransformation
+    config: DQNConfig,
+    network: hk.Transformed,
+    optimizer: optax.GradientTransformation,
+    axis_name: str | None = None,
 ) -> Callable[[TrainState, Transition], tuple[TrainState, dict[str, jax.Array]]]:
     """A pure ``update(state, batch) -> (state, metrics)``: one gradient step, then the target update.
 
     The target network moves every ``target_update_frequency / train_frequency`` updates
     (so every ``target_update_frequency`` agent steps): a hard copy when tau == 1, else
     Polyak averaging ``target <- tau * online + (1 - tau) * target``. Jit it at the call site.
+
+    axis_name: for data parallelism (``jax.pmap`` / ``jax.shard_map``, see ``labcore.parallel``):
+    each replica gets a shard of the batch, and the gradients (and reported metrics) are averaged
+    over this named axis with ``lax.pmean`` before the optimiser step, so every replica applies
+    the same update: the one a single device would compute on the whole batch.
     """
     loss_fn = make_loss(config, network)
     updates_per_target_update = max(1, config.target_update_frequency // config.train_frequency)
 
     def update(state: TrainState, batch: Transition):
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.target_params, batch)
+        if axis_name is not None:
+            (loss, aux, grads) = jax.lax.pmean((loss, aux, grads), axis_name)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         update_count = state.update_count + 1

@@ -64,3 +64,24 @@ def make_vector_env(
     envs.reset(seed=[seed + i for i in range(num_envs)])
     envs.action_space.seed(seed)
     return envs
+
+
+def make_jax_env(env_id: str) -> tuple[Any, Any]:
+    """A pure-JAX gymnax env and its default params, for loops that run entirely under ``jit``.
+
+    ``env.step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
+    resets by itself when an episode ends; ``info["final_observation"]`` is the observation the
+    episode ended on. Raises ValueError for unknown ids and non-discrete action spaces.
+    """
+    import gymnax
+    from gymnax.environments import spaces
+
+    if env_id not in gymnax.registered_envs:
+        stem = env_id.split("-")[0].lower()
+        close = [name for name in gymnax.registered_envs if stem in name.lower()][:5]
+        hint = f"; similar ids: {', '.join(close)}" if close else ""
+        raise ValueError(f"unknown gymnax environment id {env_id!r}{hint}")
+    env, env_params = gymnax.make(env_id)
+    if not isinstance(env.action_space(env_params), spaces.Discrete):
+        raise ValueError(f"{env_id!r} has a {type(env.action_space(env_params)).__name__} action space; DQN needs a Discrete one")
+    return env, env_params

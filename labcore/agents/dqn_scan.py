@@ -1,0 +1,235 @@
+"""A fully jitted DQN: environment, acting, replay and updates inside one ``lax.scan``.
+
+The host loop in ``labcore.agents.dqn_loop`` steps gymnasium envs in Python and pays a
+host-device round trip every step. A gymnax env is a pure JAX function, so the whole of
+training (every env step, every epsilon-greedy action, every buffer write and every update)
+can be traced once and compiled into a single XLA program. The algorithm is not copied: this
+module wires together the pure pieces of ``labcore.agents.dqn`` and ``labcore.replay``.
+
+    config = DQNConfig(env_id="CartPole-v1", total_steps=100_000)
+    train = make_train(config)                      # pure: train(key) -> ScanResult
+    result = jax.jit(train)(jax.random.key(0))
+    many = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 64))   # 64 agents at once
+
+Time is counted in agent steps as in the host loop: each env step of the ``num_envs`` envs adds
+``num_envs`` transitions; one iteration is ``train_frequency`` agent steps followed by one update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from labcore import envs, replay
+from labcore.agents import dqn
+from labcore.nets.q_networks import make_q_network
+
+
+class ScanResult(NamedTuple):
+    """What ``train(key)`` returns (``jax.vmap`` over keys adds a leading seed axis to each leaf).
+
+    metrics: per iteration, each [num_iterations]:
+        step                agent steps taken by the end of the iteration
+        epsilon             exploration rate used in the iteration
+        episodes            training episodes that ended in the iteration
+        episode_return_sum  the sum of their returns (a curve: ``episode_return_curve``)
+        loss                TD loss of the iteration's update (0 before learning starts)
+    eval_returns: [eval_episodes] returns of the final parameters (epsilon ``config.eval_epsilon``).
+    """
+
+    train_state: dqn.TrainState
+    metrics: dict[str, jax.Array]
+    eval_returns: jax.Array
+
+
+class _Carry(NamedTuple):
+    train_state: dqn.TrainState
+    buffer: replay.ReplayState
+    env_state: Any  # gymnax state, leaves [num_envs, ...]
+    obs: jax.Array  # [num_envs, *obs_shape]
+    episode_return: jax.Array  # [num_envs] running return of each env's current episode
+    step: jax.Array  # [] int32 agent steps so far
+    key: jax.Array
+
+
+def iteration_counts(config: dqn.DQNConfig) -> tuple[int, int]:
+    """(warm-up iterations without updates, iterations with one update each).
+
+    Learning starts once ``learning_starts`` agent steps (rounded up to whole iterations, and at
+    least one) are in the buffer.
+    """
+    total = config.total_steps // config.train_frequency
+    warmup = max(1, -(-config.learning_starts // config.train_frequency))
+    if warmup >= total:
+        raise ValueError(
+            f"DQNConfig.total_steps must exceed learning_starts by at least one train_frequency "
+            f"({config.train_frequency}) for the jitted DQN, got total_steps={config.total_steps}, "
+            f"learning_starts={config.learning_starts}"
+        )
+    return warmup, total - warmup
+
+
+def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> Callable[[jax.Array], ScanResult]:
+    """A pure ``train(key) -> ScanResult``: all of training as one traced function.
+
+    env, env_params: a gymnax env (default ``envs.make_jax_env(config.env_id)``). Everything is
+    checked here, before tracing: a bad env id or a num_envs that does not divide
+    train_frequency fails with a message naming the field.
+    """
+    if env is None:
+        env, default_params = envs.make_jax_env(config.env_id)
+        env_params = default_params if env_params is None else env_params
+    elif env_params is None:
+        env_params = env.default_params
+    if config.train_frequency % config.num_envs:
+        raise ValueError(
+            f"DQNConfig.num_envs must divide train_frequency ({config.train_frequency}) for the jitted DQN, "
+            f"got {config.num_envs}"
+        )
+    if config.replay_storage != "transitions":
+        raise ValueError("DQNConfig.replay_storage must be 'transitions' for the jitted DQN (gymnax envs)")
+    warmup_iterations, learn_iterations = iteration_counts(config)
+    env_steps_per_iteration = config.train_frequency // config.num_envs
+    num_actions = env.action_space(env_params).n
+    obs_shape = env.observation_space(env_params).shape
+    network = make_q_network(config.network, num_actions, config.hidden_sizes)
+    optimizer = dqn.make_optimizer(config)
+    update = dqn.make_update(config, network, optimizer)
+    evaluate = make_evaluate(config, env, env_params)
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    reset_envs = jax.vmap(env.reset, in_axes=(0, None))
+
+    def env_step(carry: _Carry, _) -> tuple[_Carry, tuple[jax.Array, jax.Array]]:
+        """num_envs agent steps: act, step every env, store the transitions."""
+        key, act_key, env_key = jax.random.split(carry.key, 3)
+        epsilon = dqn.linear_epsilon(carry.step, config)
+        actions = dqn.select_action(network, carry.train_state.params, carry.obs, epsilon, act_key)
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(
+            jax.random.split(env_key, config.num_envs), carry.env_state, actions, env_params
+        )
+        transitions = dqn.Transition(
+            obs=carry.obs,
+            action=actions,
+            reward=reward.astype(jnp.float32),
+            next_obs=info["final_observation"],  # the true next state, also when the env just reset
+            terminated=terminated,  # a time-limit truncation still bootstraps
+        )
+        buffer = replay.add_batch(carry.buffer, transitions)
+        episode_return = carry.episode_return + reward
+        done = terminated | truncated
+        finished = (jnp.sum(done), jnp.sum(jnp.where(done, episode_return, 0.0)))
+        carry = carry._replace(
+            buffer=buffer,
+            env_state=env_state,
+            obs=next_obs,
+            episode_return=jnp.where(done, 0.0, episode_return),
+            step=carry.step + config.num_envs,
+            key=key,
+        )
+        return carry, finished
+
+    def iteration(carry: _Carry, learn: bool) -> tuple[_Carry, dict[str, jax.Array]]:
+        epsilon = dqn.linear_epsilon(carry.step, config)
+        carry, (episodes, return_sums) = jax.lax.scan(env_step, carry, None, length=env_steps_per_iteration)
+        loss = jnp.float32(0.0)
+        if learn:
+            key, sample_key = jax.random.split(carry.key)
+            batch = replay.sample(carry.buffer, sample_key, config.batch_size)
+            train_state, update_metrics = update(carry.train_state, batch)
+            carry, loss = carry._replace(train_state=train_state, key=key), update_metrics["loss"]
+        metrics = {
+            "step": carry.step,
+            "epsilon": epsilon,
+            "episodes": jnp.sum(episodes),
+            "episode_return_sum": jnp.sum(return_sums),
+            "loss": loss,
+        }
+        return carry, metrics
+
+    def train(key: jax.Array) -> ScanResult:
+        init_key, reset_key, eval_key, loop_key = jax.random.split(key, 4)
+        obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
+        train_state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, jnp.float32), init_key)
+        example = dqn.Transition(
+            obs=jnp.zeros(obs_shape, obs.dtype),
+            action=jnp.int32(0),
+            reward=jnp.float32(0.0),
+            next_obs=jnp.zeros(obs_shape, obs.dtype),
+            terminated=jnp.bool_(False),
+        )
+        carry = _Carry(
+            train_state=train_state,
+            buffer=replay.init(example, config.buffer_size),
+            env_state=env_state,
+            obs=obs,
+            episode_return=jnp.zeros(config.num_envs, jnp.float32),
+            step=jnp.int32(0),
+            key=loop_key,
+        )
+        carry, warmup_metrics = jax.lax.scan(lambda c, _: iteration(c, learn=False), carry, None, length=warmup_iterations)
+        carry, learn_metrics = jax.lax.scan(lambda c, _: iteration(c, learn=True), carry, None, length=learn_iterations)
+        metrics = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), warmup_metrics, learn_metrics)
+        eval_returns = evaluate(carry.train_state.params, eval_key)
+        return ScanResult(carry.train_state, metrics, eval_returns)
+
+    return train
+
+
+def make_evaluate(
+    config: dqn.DQNConfig, env: Any, env_params: Any, epsilon: float | None = None
+) -> Callable[[Any, jax.Array], jax.Array]:
+    """A pure ``evaluate(params, key) -> [eval_episodes] returns``: one episode per env, no learning.
+
+    All episodes run side by side for the env's step limit; each return counts rewards up to
+    that env's first episode end. epsilon: default ``config.eval_epsilon`` (0 for greedy).
+    """
+    epsilon = config.eval_epsilon if epsilon is None else epsilon
+    num_actions = env.action_space(env_params).n
+    network = make_q_network(config.network, num_actions, config.hidden_sizes)
+    max_steps = int(env_params.max_steps_in_episode)
+    episodes = config.eval_episodes
+
+    def evaluate(params: Any, key: jax.Array) -> jax.Array:
+        reset_key, loop_key = jax.random.split(key)
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, episodes), env_params)
+
+        def one_step(carry, step_key):
+            obs, env_state, total, running = carry
+            act_key, env_key = jax.random.split(step_key)
+            actions = dqn.select_action(network, params, obs, epsilon, act_key)
+            obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(env_key, episodes), env_state, actions, env_params
+            )
+            total = total + jnp.where(running, reward, 0.0)
+            return (obs, env_state, total, running & ~(terminated | truncated)), None
+
+        start = (obs, env_state, jnp.zeros(episodes, jnp.float32), jnp.ones(episodes, bool))
+        (_, _, total, _), _ = jax.lax.scan(one_step, start, jax.random.split(loop_key, max_steps))
+        return total
+
+    return evaluate
+
+
+def episode_return_curve(metrics: dict[str, Any], window: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """(agent steps, mean return of the last ``window`` iterations' finished episodes), on the host.
+
+    metrics: ``ScanResult.metrics``, [num_iterations] leaves, or [seeds, num_iterations] after
+    vmap (then the curves are [seeds, num_iterations]). Before any episode ends the value is NaN.
+    """
+    steps = np.asarray(metrics["step"])
+    episodes = np.asarray(metrics["episodes"], np.float64)
+    sums = np.asarray(metrics["episode_return_sum"], np.float64)
+
+    def trailing(x):
+        cumulative = np.cumsum(x, axis=-1)
+        shifted = np.concatenate([np.zeros_like(cumulative[..., :window]), cumulative[..., :-window]], axis=-1)
+        return cumulative - shifted[..., : cumulative.shape[-1]]
+
+    count, total = trailing(episodes), trailing(sums)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        curve = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return steps, curve
