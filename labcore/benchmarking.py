@@ -63,6 +63,8 @@ def time_call(
 
 
 def _format_cell(value: Any) -> str:
+    if value is None:  # not measured for this row
+        return "-"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if isinstance(value, float):
