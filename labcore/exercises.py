@@ -406,6 +406,15 @@ def _per_example_loss_reference(w, b, xs, ys):
     return jax.vmap(one)(xs, ys)
 
 
+def _per_example_grads_reference(w, b, xs, ys):
+    import jax
+
+    def one(w, x, y):
+        return 0.5 * (x @ w + b - y) ** 2
+
+    return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(w, xs, ys)
+
+
 def _pmean_devices() -> int:
     import jax
 
@@ -464,6 +473,17 @@ def _register_parallel() -> None:
             "Write the loss for ONE example (x: [D], y: []) and batch it with jax.vmap(one, in_axes=(0, 0)) "
             "(w and b are shared: close over them, or give them in_axes=None).",
             reference=_per_example_loss_reference,
+            make_inputs=_regression_batch_inputs,
+            jit=True,
+        )
+    )
+    register(
+        Exercise(
+            name="per_example_grads",
+            description="Gradient of each example's loss 0.5 * (x @ w + b - y)**2 with respect to w: xs [B, D] -> [B, D].\n"
+            "jax.grad of the one-example loss gives [D]; jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(w, xs, ys) "
+            "maps it over the batch while sharing w (in PyTorch this needs functorch/torch.func).",
+            reference=_per_example_grads_reference,
             make_inputs=_regression_batch_inputs,
             jit=True,
         )

@@ -102,6 +102,16 @@ def vmap_loss_mean_not_per_example(w, b, xs, ys):
     return jnp.mean(0.5 * (xs @ w + b - ys) ** 2)  # the batch mean, not one loss per example
 
 
+def per_example_grads_right(w, b, xs, ys):
+    residual = xs @ w + b - ys  # d/dw of 0.5 r^2 is r * x, one row per example
+    return residual[:, None] * xs
+
+
+def per_example_grads_of_the_mean(w, b, xs, ys):
+    grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w + b - ys) ** 2))(w)
+    return jnp.broadcast_to(grad, xs.shape)  # the batch gradient copied, not per example
+
+
 def pmean_update_right(w, xs, ys, learning_rate):
     residual = xs @ w - ys
     grad = xs.T @ residual / xs.shape[0]
@@ -125,6 +135,7 @@ RIGHT = {
     "replay_sample": replay_sample_right,
     "vmap_loss": vmap_loss_right,
     "pmean_update": pmean_update_right,
+    "per_example_grads": per_example_grads_right,
 }
 WRONG = {
     "stable_softmax": softmax_naive,
@@ -138,6 +149,7 @@ WRONG = {
     "replay_sample": replay_sample_includes_empty_slots,
     "vmap_loss": vmap_loss_mean_not_per_example,
     "pmean_update": pmean_update_local_only,
+    "per_example_grads": per_example_grads_of_the_mean,
 }
 
 
