@@ -68,13 +68,31 @@ def restore(directory: str | os.PathLike, like: Any, step: int | None = None) ->
             step,
             args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()),
         )
-    return restored["state"], restored["metadata"]
+    return _restore_keys(restored["state"], like), restored["metadata"]
+
+
+def _is_key(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
 def _as_arrays(tree: Any) -> Any:
-    """Orbax takes arrays: numpy scalars such as np.int32(4) become 0-d numpy arrays."""
+    """Orbax takes plain arrays: numpy scalars such as np.int32(4) become 0-d numpy arrays, and
+    typed PRNG keys (``jax.random.key``) are stored as their raw uint32 key data."""
+
+    def convert(leaf: Any) -> Any:
+        if _is_key(leaf):
+            return jax.random.key_data(leaf)
+        return leaf if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)) else np.asarray(leaf)
+
+    return jax.tree_util.tree_map(convert, tree)
+
+
+def _restore_keys(restored: Any, like: Any) -> Any:
+    """Wrap key data back into typed keys wherever ``like`` holds one."""
     return jax.tree_util.tree_map(
-        lambda leaf: leaf if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)) else np.asarray(leaf), tree
+        lambda value, model: jax.random.wrap_key_data(value, impl=jax.random.key_impl(model)) if _is_key(model) else value,
+        restored,
+        like,
     )
 
 

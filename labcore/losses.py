@@ -1,9 +1,11 @@
-"""Losses and temporal-difference targets, as small pure functions.
+"""Losses, temporal-difference targets and policy-gradient pieces, as small pure functions.
 
-In the style of rlax: each function works on ONE transition and states its
-shapes; batch it with ``jax.vmap``. Discounts carry episode ends: pass
-``discount = gamma * (1 - terminated)``, so a terminal transition does not
-bootstrap while a time-limit truncation still does.
+In the style of rlax: each function states its shapes. The TD functions work on ONE
+transition (batch them with ``jax.vmap``); the masked-policy functions work on one
+row of logits and broadcast over leading axes; ``gae_advantages`` scans a whole
+[T, ...] rollout. Discounts carry episode ends: pass ``discount = gamma * (1 -
+terminated)``, so a terminal transition does not bootstrap while a time-limit
+truncation still does.
 """
 
 from __future__ import annotations
@@ -49,3 +51,67 @@ def td_error(q: jax.Array, action: jax.Array, target: jax.Array) -> jax.Array:
     q: [A], action: [] int, target: [] -> [].
     """
     return jax.lax.stop_gradient(target) - q[action]
+
+
+# ----------------------------------------------------------------------------------------------
+# Policy-gradient pieces: masked categorical policies, GAE, the PPO losses.
+
+MASKED_LOGIT = -1e9  # stands in for -inf: exp underflows to exactly 0, and no inf - inf NaNs
+
+
+def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Logits with illegal actions pushed to -1e9. logits, mask: [..., A] -> [..., A]."""
+    return jnp.where(mask, logits, MASKED_LOGIT)
+
+
+def masked_log_probs(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """log pi(a) over the legal actions (illegal ones get about -1e9). [..., A] -> [..., A]."""
+    return jax.nn.log_softmax(masked_logits(logits, mask), axis=-1)
+
+
+def masked_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Entropy of the policy restricted to legal actions. [..., A] -> [...].
+
+    Illegal actions have probability 0 and contribute nothing; with k legal actions the
+    maximum is log k, not log A, so an entropy bonus cannot reward spreading mass on
+    actions that can never be taken.
+    """
+    log_probs = masked_log_probs(logits, mask)
+    return -jnp.sum(jnp.where(mask, jnp.exp(log_probs) * log_probs, 0.0), axis=-1)
+
+
+def gae_advantages(
+    rewards: jax.Array, values: jax.Array, dones: jax.Array, last_value: jax.Array, gamma: float, gae_lambda: float
+) -> tuple[jax.Array, jax.Array]:
+    """Generalised advantage estimation over a rollout, time-major.
+
+    rewards, values, dones: [T, ...] (dones[t]: the episode ended at step t, so step t does not
+    bootstrap from step t + 1); last_value: [...] the value of the observation after the last step.
+    Returns (advantages, returns = advantages + values), each [T, ...].
+    """
+
+    def backwards(carry, step):
+        next_advantage, next_value = carry
+        reward, value, done = step
+        not_done = 1.0 - done.astype(jnp.float32)
+        delta = reward + gamma * next_value * not_done - value
+        advantage = delta + gamma * gae_lambda * not_done * next_advantage
+        return (advantage, value), advantage
+
+    start = (jnp.zeros_like(last_value), last_value)
+    _, advantages = jax.lax.scan(backwards, start, (rewards, values, dones), reverse=True)
+    return advantages, advantages + values
+
+
+def ppo_clipped_objective(log_ratio: jax.Array, advantages: jax.Array, clip_eps: float) -> jax.Array:
+    """The clipped surrogate as a loss to minimise: -mean(min(r A, clip(r, 1 -+ eps) A))."""
+    ratio = jnp.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    return -jnp.mean(jnp.minimum(unclipped, clipped))
+
+
+def ppo_value_loss(values: jax.Array, old_values: jax.Array, returns: jax.Array, clip_eps: float) -> jax.Array:
+    """Clipped value loss: 0.5 * mean(max((v - R)^2, (v_old + clip(v - v_old, -+eps) - R)^2))."""
+    clipped = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
+    return 0.5 * jnp.mean(jnp.maximum((values - returns) ** 2, (clipped - returns) ** 2))

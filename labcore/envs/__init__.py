@@ -85,3 +85,25 @@ def make_jax_env(env_id: str) -> tuple[Any, Any]:
     if not isinstance(env.action_space(env_params), spaces.Discrete):
         raise ValueError(f"{env_id!r} has a {type(env.action_space(env_params)).__name__} action space; DQN needs a Discrete one")
     return env, env_params
+
+
+MASKED_ENVS = ("Vault-v0",)  # labcore's own masked games (labcore.envs.vault)
+
+
+def make_masked_env(env_id: str) -> tuple[Any, Any]:
+    """A masked env (labcore.envs.wrappers interface) with flat observations and episode stats.
+
+    'Vault-v0' is labcore's masked grid game; any gymnax id with a Discrete action space
+    (CartPole-v1, Acrobot-v1, ...) runs with an all-valid mask. Returns (env, default params).
+    """
+    from labcore.envs import wrappers
+    from labcore.envs.vault import Vault
+
+    if env_id == "Vault-v0":
+        base = Vault()
+        return wrappers.LogEpisodeStats(wrappers.FlattenObservation(base)), base.default_params
+    try:
+        base, params = make_jax_env(env_id)
+    except ValueError as err:
+        raise ValueError(f"{err}; labcore's masked games: {', '.join(MASKED_ENVS)}") from None
+    return wrappers.LogEpisodeStats(wrappers.FlattenObservation(wrappers.AllValidMask(base))), params

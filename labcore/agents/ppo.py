@@ -1,0 +1,360 @@
+"""Action-masked PPO in the PureJaxRL style: all of training is one jitted, vmappable function.
+
+    config = PPOConfig.cartpole()                      # or PPOConfig(env_id="Vault-v0") (the seed's settings)
+    ppo = make_ppo(config)                             # checks everything before tracing
+    runner, metrics = jax.jit(ppo.train)(jax.random.key(0))
+    runners, metrics = jax.jit(jax.vmap(ppo.train))(jax.random.split(key, 8))   # 8 seeds at once
+
+``ppo.init(key)`` and ``ppo.run(runner, num_updates)`` split ``train`` so that a run can be
+checkpointed (the runner state is a pytree) and resumed exactly.
+
+Each update: roll out ``num_steps`` steps of ``num_envs`` envs (acting under the env's action
+mask, which is stored with each transition), compute GAE, then ``update_epochs`` passes of
+``num_minibatches`` minibatch steps of the clipped PPO loss, where log-probabilities and entropy
+are recomputed under the stored masks. Metrics are one number per update (means over the
+rollout), never per step, and ``callback`` sees them every ``log_every`` updates while the
+compiled program runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from labcore import envs, losses
+from labcore.nets.actor_critic import ActorCritic
+
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Every PPO setting, validated on construction. Defaults: the seed's masked-game settings."""
+
+    env_id: str = "Vault-v0"
+    num_envs: int = 256
+    num_steps: int = 128  # rollout length per env per update
+    total_timesteps: int = 10_000_000
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True  # linear decay to 0 over training
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.1  # the seed found 0.01 collapsed entropy on its masked game
+    max_grad_norm: float = 0.5
+    hidden_size: int = 256
+    num_layers: int = 2
+    activation: str = "tanh"
+    normalize_advantages: bool = True  # per minibatch
+    mask_actions: bool = True  # False: the agent may pick illegal actions (the env penalises them)
+    bootstrap_truncation: bool = True  # a time-limit end bootstraps from the final observation's value
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def require(ok: bool, field: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"PPOConfig.{field} must be {allowed}, got {getattr(self, field)!r}")
+
+        require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
+        for field in ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs", "hidden_size", "num_layers"):
+            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an integer >= 1")
+        require(
+            (self.num_envs * self.num_steps) % self.num_minibatches == 0,
+            "num_minibatches",
+            f"a divisor of num_envs * num_steps ({self.num_envs} * {self.num_steps} = {self.num_envs * self.num_steps})",
+        )
+        require(
+            self.total_timesteps >= self.num_envs * self.num_steps,
+            "total_timesteps",
+            f">= num_envs * num_steps ({self.num_envs * self.num_steps}), one update's worth",
+        )
+        require(math.isfinite(self.learning_rate) and self.learning_rate > 0, "learning_rate", "> 0")
+        require(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
+        require(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", "in [0, 1]")
+        require(self.clip_eps > 0, "clip_eps", "> 0")
+        require(self.vf_coef >= 0, "vf_coef", ">= 0")
+        require(self.ent_coef >= 0, "ent_coef", ">= 0")
+        require(self.max_grad_norm > 0, "max_grad_norm", "> 0")
+        require(self.activation in ACTIVATIONS, "activation", f"one of {ACTIVATIONS}")
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // (self.num_envs * self.num_steps)
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.num_envs * self.num_steps // self.num_minibatches
+
+    @classmethod
+    def cartpole(cls, **overrides: Any) -> PPOConfig:
+        """PureJaxRL's CartPole-v1 settings: 4 envs x 128 steps, 500k steps, 64 x 2 tanh, ent 0.01."""
+        settings = dict(
+            env_id="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=500_000, ent_coef=0.01, hidden_size=64
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+
+class Transition(NamedTuple):
+    """One step of every env: leaves [num_envs, ...] (a rollout stacks them to [num_steps, num_envs, ...])."""
+
+    obs: jax.Array  # [E, D]
+    action: jax.Array  # [E] int32
+    reward: jax.Array  # [E] float32 (plus gamma * V(final obs) at a truncation, when bootstrapping)
+    done: jax.Array  # [E] bool: the episode ended at this step
+    value: jax.Array  # [E]
+    log_prob: jax.Array  # [E] under the mask the action was chosen with
+    mask: jax.Array  # [E, A] bool, the legal actions when acting
+    invalid: jax.Array  # [E] bool, the chosen action was illegal (never, when masking)
+    episode_done: jax.Array  # [E] bool, for episode statistics
+    episode_return: jax.Array  # [E]
+    episode_length: jax.Array  # [E]
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything training carries from one update to the next: checkpoint this to resume."""
+
+    params: Any
+    opt_state: Any
+    env_state: Any  # [num_envs] env states
+    obs: jax.Array  # [num_envs, D]
+    mask: jax.Array  # [num_envs, A] the legal actions in env_state
+    key: jax.Array
+    update_step: jax.Array  # [] int32 updates done
+
+
+class PPO(NamedTuple):
+    """The pure functions of one configured PPO (see the module docstring)."""
+
+    config: PPOConfig
+    network: ActorCritic
+    env: Any
+    env_params: Any
+    init: Callable[[jax.Array], RunnerState]
+    run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
+    train: Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]
+    policy: Callable[[Any, jax.Array, jax.Array], jax.Array]  # (params, obs [B, D], mask [B, A]) -> greedy [B]
+
+
+METRIC_NAMES = (
+    "episode_return", "episode_length", "episodes", "entropy", "max_entropy", "policy_loss", "value_loss",
+    "approx_kl", "clip_fraction", "invalid_action_rate", "learning_rate", "timesteps",
+)  # fmt: skip
+
+
+def make_ppo(
+    config: PPOConfig,
+    env: Any = None,
+    env_params: Any = None,
+    callback: Callable[[dict[str, np.ndarray]], None] | None = None,
+    log_every: int = 1,
+) -> PPO:
+    """Configure PPO for ``env`` (default ``envs.make_masked_env(config.env_id)``).
+
+    callback: called on the host with the update's metrics (numpy; a leading seed axis under
+    vmap) every ``log_every`` updates, while training runs. Nothing is traced here.
+    """
+    if env is None:
+        env, default_params = envs.make_masked_env(config.env_id)
+        env_params = default_params if env_params is None else env_params
+    elif env_params is None:
+        env_params = env.default_params
+    if log_every < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    num_actions = env.num_actions
+    obs_size = int(np.prod(env.observation_space(env_params).shape))
+    network = ActorCritic(num_actions, config.hidden_size, config.num_layers, config.activation)
+    batch_size = config.num_envs * config.num_steps
+
+    def schedule(count: jax.Array) -> jax.Array:
+        # optax counts minibatch steps; the rate falls linearly per update, as in PureJaxRL
+        steps_per_update = config.num_minibatches * config.update_epochs
+        return config.learning_rate * (1.0 - (count // steps_per_update) / config.num_updates)
+
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(schedule if config.anneal_lr else config.learning_rate, eps=1e-5),
+    )
+    reset_envs = jax.vmap(env.reset, in_axes=(0, None))
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    masks_of = jax.vmap(env.action_mask, in_axes=(0, None))
+
+    def acting_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
+        return losses.masked_logits(logits, mask) if config.mask_actions else logits
+
+    def init(key: jax.Array) -> RunnerState:
+        params_key, reset_key, key = jax.random.split(key, 3)
+        params = network.init(params_key, jnp.zeros((1, obs_size)))
+        obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
+        return RunnerState(
+            params=params,
+            opt_state=optimizer.init(params),
+            env_state=env_state,
+            obs=obs,
+            mask=masks_of(env_state, env_params),
+            key=key,
+            update_step=jnp.int32(0),
+        )
+
+    def env_step(runner: RunnerState, _) -> tuple[RunnerState, Transition]:
+        key, action_key, step_key = jax.random.split(runner.key, 3)
+        logits, value = network.apply(runner.params, runner.obs)
+        logits = acting_logits(logits, runner.mask)
+        action = jax.random.categorical(action_key, logits)
+        log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+        invalid = ~jnp.take_along_axis(runner.mask, action[:, None], axis=-1)[:, 0]
+        obs, env_state, reward, terminated, truncated, info = step_envs(
+            jax.random.split(step_key, config.num_envs), runner.env_state, action, env_params
+        )
+        reward = reward.astype(jnp.float32)
+        if config.bootstrap_truncation:
+            # A time limit is not a real end: credit the value of where the episode was cut off.
+            _, final_value = network.apply(runner.params, info["final_observation"])
+            reward = reward + config.gamma * final_value * (truncated & ~terminated)
+        transition = Transition(
+            obs=runner.obs,
+            action=action,
+            reward=reward,
+            done=terminated | truncated,
+            value=value,
+            log_prob=log_prob,
+            mask=runner.mask,
+            invalid=invalid,
+            episode_done=info["returned_episode"],
+            episode_return=info["returned_episode_return"],
+            episode_length=info["returned_episode_length"].astype(jnp.float32),
+        )
+        runner = runner.replace(env_state=env_state, obs=obs, mask=masks_of(env_state, env_params), key=key)
+        return runner, transition
+
+    def loss_fn(params, batch: Transition, advantages: jax.Array, returns: jax.Array):
+        logits, values = network.apply(params, batch.obs)
+        logits = acting_logits(logits, batch.mask)
+        log_probs = jax.nn.log_softmax(logits)
+        log_prob = jnp.take_along_axis(log_probs, batch.action[:, None], axis=-1)[:, 0]
+        log_ratio = log_prob - batch.log_prob
+        if config.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy_loss = losses.ppo_clipped_objective(log_ratio, advantages, config.clip_eps)
+        value_loss = losses.ppo_value_loss(values, batch.value, returns, config.clip_eps)
+        all_legal = jnp.ones_like(batch.mask)
+        entropy = jnp.mean(losses.masked_entropy(logits, batch.mask if config.mask_actions else all_legal))
+        total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+        ratio = jnp.exp(log_ratio)
+        stats = {
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+            "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+        }
+        return total, stats
+
+    def minibatch_step(carry, minibatch):
+        params, opt_state = carry
+        batch, advantages, returns = minibatch
+        grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch, advantages, returns)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), stats
+
+    def epoch(carry, epoch_key):
+        params, opt_state, rollout, advantages, returns = carry
+        order = jax.random.permutation(epoch_key, batch_size)
+
+        def to_minibatches(leaf):
+            flat = leaf.reshape(batch_size, *leaf.shape[2:])[order]
+            return flat.reshape(config.num_minibatches, config.minibatch_size, *leaf.shape[2:])
+
+        minibatches = jax.tree_util.tree_map(to_minibatches, (rollout, advantages, returns))
+        (params, opt_state), stats = jax.lax.scan(minibatch_step, (params, opt_state), minibatches)
+        return (params, opt_state, rollout, advantages, returns), stats
+
+    def update(runner: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
+        runner, rollout = jax.lax.scan(env_step, runner, None, length=config.num_steps)
+        _, last_value = network.apply(runner.params, runner.obs)
+        advantages, returns = losses.gae_advantages(
+            rollout.reward, rollout.value, rollout.done, last_value, config.gamma, config.gae_lambda
+        )
+        key, epochs_key = jax.random.split(runner.key)
+        (params, opt_state, *_), stats = jax.lax.scan(
+            epoch,
+            (runner.params, runner.opt_state, rollout, advantages, returns),
+            jax.random.split(epochs_key, config.update_epochs),
+        )
+        runner = runner.replace(params=params, opt_state=opt_state, key=key, update_step=runner.update_step + 1)
+        episodes = jnp.sum(rollout.episode_done)
+        per_episode = lambda x: jnp.sum(jnp.where(rollout.episode_done, x, 0.0)) / jnp.maximum(episodes, 1)  # noqa: E731
+        metrics = {
+            "episode_return": jnp.where(episodes > 0, per_episode(rollout.episode_return), jnp.nan),
+            "episode_length": jnp.where(episodes > 0, per_episode(rollout.episode_length), jnp.nan),
+            "episodes": episodes,
+            **{name: jnp.mean(value) for name, value in stats.items()},
+            # the entropy of a uniform choice among the legal actions: the ceiling for 'entropy'
+            "max_entropy": jnp.mean(jnp.log(jnp.sum(rollout.mask if config.mask_actions else jnp.ones_like(rollout.mask), -1))),
+            "invalid_action_rate": jnp.mean(rollout.invalid),
+            "learning_rate": schedule(runner.update_step * config.num_minibatches * config.update_epochs - 1)
+            if config.anneal_lr
+            else jnp.float32(config.learning_rate),
+            "timesteps": runner.update_step * batch_size,
+        }
+        if callback is not None:
+            jax.lax.cond(
+                runner.update_step % log_every == 0,
+                lambda m: jax.debug.callback(lambda host: callback(jax.tree_util.tree_map(np.asarray, host)), m),
+                lambda m: None,
+                metrics,
+            )
+        return runner, metrics
+
+    def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
+        """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
+        return jax.lax.scan(update, runner, None, length=num_updates)
+
+    def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:
+        return run(init(key), config.num_updates)
+
+    def policy(params: Any, obs: jax.Array, mask: jax.Array) -> jax.Array:
+        logits, _ = network.apply(params, obs)
+        return jnp.argmax(acting_logits(logits, mask), axis=-1)
+
+    return PPO(config, network, env, env_params, init, run, train, policy)
+
+
+class EntropyWatch:
+    """A metrics callback that warns once if the policy's entropy collapses early.
+
+    Collapse: entropy below ``fraction`` of its ceiling (log of the number of legal actions)
+    during the first ``early`` fraction of training, the symptom the seed saw with ent_coef 0.01.
+    Chain another callback through ``then``.
+    """
+
+    def __init__(self, config: PPOConfig, fraction: float = 0.05, early: float = 0.25, then: Callable | None = None):
+        self.config, self.fraction, self.early, self.then = config, fraction, early, then
+        self.warned = False
+
+    def __call__(self, metrics: dict[str, np.ndarray]) -> None:
+        early = np.all(np.asarray(metrics["timesteps"]) <= self.early * self.config.total_timesteps)
+        ratio = np.asarray(metrics["entropy"]) / np.maximum(np.asarray(metrics["max_entropy"]), 1e-8)
+        if early and not self.warned and np.any(ratio < self.fraction):
+            self.warned = True
+            warnings.warn(
+                f"policy entropy collapsed early: {float(np.min(ratio)):.1%} of its maximum at timestep "
+                f"{int(np.max(metrics['timesteps'])):,}; consider a larger ent_coef (now {self.config.ent_coef})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if self.then is not None:
+            self.then(metrics)

@@ -1,0 +1,176 @@
+"""Masked PPO: the masked policy maths, GAE and losses against references, learning, resume."""
+
+import tempfile
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rlax
+
+from labcore import checkpoint, losses
+from labcore.agents import ppo
+
+
+def numpy_masked_policy(logits, mask):
+    """float64 reference: log-probs over legal actions (-inf elsewhere) and their entropy."""
+    logits = np.where(mask, logits.astype(np.float64), -np.inf)
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    probs = np.exp(log_probs)
+    entropy = -np.sum(np.where(mask, probs * np.where(mask, log_probs, 0.0), 0.0), -1)
+    return log_probs, entropy
+
+
+def test_masked_sampling_never_picks_an_illegal_action_and_matches_float64():
+    rng = np.random.default_rng(0)
+    n, actions = 5_000, 13
+    logits = rng.normal(scale=rng.uniform(0.1, 20.0, (n, 1)), size=(n, actions)).astype(np.float32)
+    mask = rng.random((n, actions)) < rng.uniform(0.05, 0.9, (n, 1))
+    mask[np.arange(n), rng.integers(0, actions, n)] = True  # at least one legal action
+    masked = losses.masked_logits(jnp.asarray(logits), jnp.asarray(mask))
+    for seed in range(3):
+        samples = np.asarray(jax.random.categorical(jax.random.key(seed), masked))
+        assert mask[np.arange(n), samples].all()
+    ref_log_probs, ref_entropy = numpy_masked_policy(logits, mask)
+    log_probs = np.asarray(losses.masked_log_probs(jnp.asarray(logits), jnp.asarray(mask)))
+    np.testing.assert_allclose(log_probs[mask], ref_log_probs[mask], rtol=1e-5, atol=1e-5)
+    assert np.all(log_probs[~mask] < -1e8)
+    entropy = np.asarray(losses.masked_entropy(jnp.asarray(logits), jnp.asarray(mask)))
+    np.testing.assert_allclose(entropy, ref_entropy, rtol=1e-5, atol=1e-6)
+    # the ceiling is log(number of legal actions), reached by equal logits
+    uniform = np.asarray(losses.masked_entropy(jnp.zeros((n, actions)), jnp.asarray(mask)))
+    np.testing.assert_allclose(uniform, np.log(mask.sum(-1)), rtol=1e-5)
+
+
+def test_gae_matches_rlax_and_a_float64_loop():
+    rng = np.random.default_rng(1)
+    steps, envs, gamma, lam = 64, 5, 0.99, 0.95
+    rewards = rng.normal(size=(steps, envs)).astype(np.float32)
+    values = rng.normal(size=(steps, envs)).astype(np.float32)
+    dones = rng.random((steps, envs)) < 0.1
+    last_value = rng.normal(size=(envs,)).astype(np.float32)
+    advantages, returns = losses.gae_advantages(
+        jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(dones), jnp.asarray(last_value), gamma, lam
+    )
+    expected = np.zeros((steps, envs))
+    next_advantage, next_value = np.zeros(envs), last_value.astype(np.float64)
+    for t in reversed(range(steps)):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * not_done - values[t]
+        next_advantage = delta + gamma * lam * not_done * next_advantage
+        expected[t], next_value = next_advantage, values[t]
+    np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(returns, expected + values, rtol=1e-5, atol=1e-5)
+    for e in range(envs):  # rlax: discounts carry the episode ends, values include the bootstrap
+        rl = rlax.truncated_generalized_advantage_estimation(
+            rewards[:, e], gamma * (1.0 - dones[:, e]), lam, np.append(values[:, e], last_value[e])
+        )
+        np.testing.assert_allclose(advantages[:, e], rl, rtol=1e-5, atol=1e-5)
+
+
+def test_ppo_losses_match_float64():
+    rng = np.random.default_rng(2)
+    n, eps = 257, 0.2
+    log_ratio = rng.normal(scale=0.3, size=n).astype(np.float32)
+    advantages = rng.normal(size=n).astype(np.float32)
+    ratio = np.exp(log_ratio.astype(np.float64))
+    expected = -np.mean(np.minimum(ratio * advantages, np.clip(ratio, 1 - eps, 1 + eps) * advantages))
+    got = losses.ppo_clipped_objective(jnp.asarray(log_ratio), jnp.asarray(advantages), eps)
+    np.testing.assert_allclose(float(got), expected, rtol=1e-6, atol=1e-6)
+    values, old, returns = (rng.normal(size=n).astype(np.float32) for _ in range(3))
+    clipped = old + np.clip(values - old, -eps, eps)
+    expected = 0.5 * np.mean(np.maximum((values - returns) ** 2, (clipped - returns) ** 2))
+    got = losses.ppo_value_loss(jnp.asarray(values), jnp.asarray(old), jnp.asarray(returns), eps)
+    np.testing.assert_allclose(float(got), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("num_minibatches", 3), ("learning_rate", -1.0), ("gamma", 1.5), ("clip_eps", 0.0), ("total_timesteps", 10),
+     ("activation", "gelu"), ("num_envs", 0), ("max_grad_norm", 0.0), ("env_id", "")],
+)  # fmt: skip
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=f"PPOConfig.{field} must be"):
+        ppo.PPOConfig(**{"num_envs": 4, "num_steps": 8, "total_timesteps": 1024, field: value})
+
+
+def test_unknown_env_fails_before_compiling():
+    with pytest.raises(ValueError, match="unknown gymnax environment id 'CartPol-v1'.*Vault-v0"):
+        ppo.make_ppo(ppo.PPOConfig.cartpole(env_id="CartPol-v1"))
+
+
+def small_vault(**overrides):
+    settings = dict(env_id="Vault-v0", num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, hidden_size=32)
+    settings.update(overrides)
+    return ppo.PPOConfig(**settings)
+
+
+def test_resume_from_a_checkpoint_continues_exactly():
+    agent = ppo.make_ppo(small_vault())
+    run = jax.jit(agent.run, static_argnums=1)
+    straight, straight_metrics = run(agent.init(jax.random.key(0)), 6)
+    half, _ = run(agent.init(jax.random.key(0)), 3)
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint.save(directory, 3, half, {"config": "small_vault"})
+        restored, metadata = checkpoint.restore(directory, like=agent.init(jax.random.key(1)))
+    assert metadata["config"] == "small_vault"
+    resumed, resumed_metrics = run(restored, 3)
+    assert_same_runner(straight, resumed)
+    np.testing.assert_array_equal(np.asarray(straight_metrics["entropy"])[3:], np.asarray(resumed_metrics["entropy"]))
+
+
+def assert_same_runner(a, b):
+    as_data = lambda tree: jax.tree_util.tree_map(  # noqa: E731
+        lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf, tree
+    )
+    for x, y in zip(jax.tree_util.tree_leaves(as_data(a)), jax.tree_util.tree_leaves(as_data(b)), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_masked_training_never_chooses_illegal_actions_and_reports_through_the_callback():
+    seen = []
+    agent = ppo.make_ppo(small_vault(), callback=seen.append, log_every=2)
+    _, metrics = jax.jit(agent.train)(jax.random.key(0))
+    jax.effects_barrier()
+    assert np.all(np.asarray(metrics["invalid_action_rate"]) == 0.0)
+    assert [int(m["timesteps"]) for m in seen] == [2 * 128, 4 * 128, 6 * 128]
+    assert set(ppo.METRIC_NAMES) == set(metrics)
+    assert np.all(np.asarray(metrics["entropy"]) <= np.asarray(metrics["max_entropy"]) + 1e-5)
+    unmasked = ppo.make_ppo(small_vault(mask_actions=False))
+    _, metrics = jax.jit(unmasked.train)(jax.random.key(0))
+    assert np.mean(np.asarray(metrics["invalid_action_rate"])) > 0.3  # most of 13 actions are illegal
+
+
+def test_vmap_over_seeds_equals_seeds_one_at_a_time():
+    agent = ppo.make_ppo(small_vault(total_timesteps=8 * 16 * 2))
+    keys = jax.random.split(jax.random.key(4), 3)
+    together, _ = jax.jit(jax.vmap(agent.train))(keys)
+    for i, key in enumerate(keys):
+        alone, _ = jax.jit(agent.train)(key)
+        for a, b in zip(jax.tree_util.tree_leaves(alone.params), jax.tree_util.tree_leaves(together.params)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b)[i], rtol=1e-4, atol=1e-6)
+
+
+def test_entropy_watch_warns_once_on_early_collapse():
+    config = small_vault()
+    watch = ppo.EntropyWatch(config)
+    healthy = {"timesteps": np.int32(128), "entropy": np.float32(1.0), "max_entropy": np.float32(1.2)}
+    collapsed = {"timesteps": np.int32(128), "entropy": np.float32(0.01), "max_entropy": np.float32(1.2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        watch(healthy)
+    with pytest.warns(RuntimeWarning, match="entropy collapsed early"):
+        watch(collapsed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        watch(collapsed)  # once is enough
+
+
+def test_ppo_learns_cartpole():
+    """Quick: 100k steps of PureJaxRL's CartPole settings must far exceed random play (~22)."""
+    agent = ppo.make_ppo(ppo.PPOConfig.cartpole(total_timesteps=100_000))
+    _, metrics = jax.jit(agent.train)(jax.random.key(0))
+    returns = np.asarray(metrics["episode_return"])
+    assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 150, returns
