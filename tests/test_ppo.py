@@ -42,6 +42,15 @@ def test_masked_sampling_never_picks_an_illegal_action_and_matches_float64():
     # the ceiling is log(number of legal actions), reached by equal logits
     uniform = np.asarray(losses.masked_entropy(jnp.zeros((n, actions)), jnp.asarray(mask)))
     np.testing.assert_allclose(uniform, np.log(mask.sum(-1)), rtol=1e-5)
+    # the distrax policy PPO acts and learns with agrees with both
+    policy = ppo.masked_policy(jnp.asarray(logits), jnp.asarray(mask))
+    for seed in range(3):
+        samples = np.asarray(policy.sample(seed=jax.random.key(100 + seed)))
+        assert mask[np.arange(n), samples].all()
+        np.testing.assert_allclose(
+            np.asarray(policy.log_prob(samples)), ref_log_probs[np.arange(n), samples], rtol=1e-5, atol=1e-5
+        )
+    np.testing.assert_allclose(np.asarray(policy.entropy()), ref_entropy, rtol=1e-5, atol=1e-6)
 
 
 def test_gae_matches_rlax_and_a_float64_loop():
@@ -170,7 +179,7 @@ def test_entropy_watch_warns_once_on_early_collapse():
 
 def test_ppo_learns_cartpole():
     """Quick: 100k steps of PureJaxRL's CartPole settings must far exceed random play (~22)."""
-    agent = ppo.make_ppo(ppo.PPOConfig.cartpole(total_timesteps=100_000))
-    _, metrics = jax.jit(agent.train)(jax.random.key(0))
+    train = ppo.make_train(ppo.PPOConfig.cartpole(total_timesteps=100_000))
+    _, metrics = jax.jit(train)(jax.random.key(0))
     returns = np.asarray(metrics["episode_return"])
     assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 150, returns

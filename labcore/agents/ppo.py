@@ -1,11 +1,11 @@
 """Action-masked PPO in the PureJaxRL style: all of training is one jitted, vmappable function.
 
     config = PPOConfig.cartpole()                      # or PPOConfig(env_id="Vault-v0") (the seed's settings)
-    ppo = make_ppo(config)                             # checks everything before tracing
-    runner, metrics = jax.jit(ppo.train)(jax.random.key(0))
-    runners, metrics = jax.jit(jax.vmap(ppo.train))(jax.random.split(key, 8))   # 8 seeds at once
+    train = make_train(config)                         # checks everything before tracing
+    runner, metrics = jax.jit(train)(jax.random.key(0))
+    runners, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 8))   # 8 seeds at once
 
-``ppo.init(key)`` and ``ppo.run(runner, num_updates)`` split ``train`` so that a run can be
+``make_ppo`` returns the pieces: ``ppo.init(key)`` and ``ppo.run(runner, num_updates)`` split ``train`` so that a run can be
 checkpointed (the runner state is a pytree) and resumed exactly.
 
 Each update: roll out ``num_steps`` steps of ``num_envs`` envs (acting under the env's action
@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -149,6 +150,15 @@ class PPO(NamedTuple):
     policy: Callable[[Any, jax.Array, jax.Array], jax.Array]  # (params, obs [B, D], mask [B, A]) -> greedy [B]
 
 
+def masked_policy(logits: jax.Array, mask: jax.Array | None) -> distrax.Categorical:
+    """The categorical policy over the legal actions: logits, mask [..., A] (mask None: all legal).
+
+    Illegal logits become -1e9, so they are never sampled, their probability is exactly 0 and
+    they add nothing to ``entropy()``, whose ceiling is log(number of legal actions).
+    """
+    return distrax.Categorical(logits=logits if mask is None else losses.masked_logits(logits, mask))
+
+
 METRIC_NAMES = (
     "episode_return", "episode_length", "episodes", "entropy", "max_entropy", "policy_loss", "value_loss",
     "approx_kl", "clip_fraction", "invalid_action_rate", "learning_rate", "timesteps",
@@ -192,8 +202,9 @@ def make_ppo(
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     masks_of = jax.vmap(env.action_mask, in_axes=(0, None))
 
-    def acting_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
-        return losses.masked_logits(logits, mask) if config.mask_actions else logits
+    def pi(logits: jax.Array, mask: jax.Array) -> distrax.Categorical:
+        # unmasked: the agent sees every action as legal and the env penalises illegal ones
+        return masked_policy(logits, mask if config.mask_actions else None)
 
     def init(key: jax.Array) -> RunnerState:
         params_key, reset_key, key = jax.random.split(key, 3)
@@ -212,9 +223,9 @@ def make_ppo(
     def env_step(runner: RunnerState, _) -> tuple[RunnerState, Transition]:
         key, action_key, step_key = jax.random.split(runner.key, 3)
         logits, value = network.apply(runner.params, runner.obs)
-        logits = acting_logits(logits, runner.mask)
-        action = jax.random.categorical(action_key, logits)
-        log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+        policy = pi(logits, runner.mask)
+        action = policy.sample(seed=action_key)
+        log_prob = policy.log_prob(action)
         invalid = ~jnp.take_along_axis(runner.mask, action[:, None], axis=-1)[:, 0]
         obs, env_state, reward, terminated, truncated, info = step_envs(
             jax.random.split(step_key, config.num_envs), runner.env_state, action, env_params
@@ -242,16 +253,13 @@ def make_ppo(
 
     def loss_fn(params, batch: Transition, advantages: jax.Array, returns: jax.Array):
         logits, values = network.apply(params, batch.obs)
-        logits = acting_logits(logits, batch.mask)
-        log_probs = jax.nn.log_softmax(logits)
-        log_prob = jnp.take_along_axis(log_probs, batch.action[:, None], axis=-1)[:, 0]
-        log_ratio = log_prob - batch.log_prob
+        policy = pi(logits, batch.mask)  # the mask stored with the transition, not a fresh one
+        log_ratio = policy.log_prob(batch.action) - batch.log_prob
         if config.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy_loss = losses.ppo_clipped_objective(log_ratio, advantages, config.clip_eps)
         value_loss = losses.ppo_value_loss(values, batch.value, returns, config.clip_eps)
-        all_legal = jnp.ones_like(batch.mask)
-        entropy = jnp.mean(losses.masked_entropy(logits, batch.mask if config.mask_actions else all_legal))
+        entropy = jnp.mean(policy.entropy())
         total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
         ratio = jnp.exp(log_ratio)
         stats = {
@@ -328,9 +336,21 @@ def make_ppo(
 
     def policy(params: Any, obs: jax.Array, mask: jax.Array) -> jax.Array:
         logits, _ = network.apply(params, obs)
-        return jnp.argmax(acting_logits(logits, mask), axis=-1)
+        return pi(logits, mask).mode()
 
     return PPO(config, network, env, env_params, init, run, train, policy)
+
+
+def make_train(
+    config: PPOConfig,
+    env: Any = None,
+    env_params: Any = None,
+    callback: Callable[[dict[str, np.ndarray]], None] | None = None,
+    log_every: int = 1,
+) -> Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]:
+    """PureJaxRL's entry point: a pure ``train(key) -> (runner, metrics)``; wrap it in jax.jit
+    (and jax.vmap for seeds). Same arguments as ``make_ppo``, which also gives init/run/policy."""
+    return make_ppo(config, env, env_params, callback, log_every).train
 
 
 class EntropyWatch:
