@@ -6,8 +6,12 @@
     python -m labcore train dqn --env CartPole-v1 --run-dir runs/cartpole [--total-steps ...]
     python -m labcore train dqn --preset atari_short --env ALE/Breakout-v5 --run-dir runs/breakout
     python -m labcore eval dqn --checkpoint runs/cartpole [--episodes 20 --epsilon 0.05]
+    python -m labcore train ppo --env Vault-v0 --num-envs 64 --total-timesteps 2000000 --run-dir runs/vault
+    python -m labcore train ppo --preset cartpole --run-dir runs/ppo-cartpole
+    python -m labcore eval ppo --checkpoint runs/vault [--episodes 100]
 
-Every DQNConfig field is a flag of ``train dqn`` (``--help`` lists them with their defaults).
+Every DQNConfig field is a flag of ``train dqn`` and every PPOConfig field a flag of ``train
+ppo`` (``--help`` lists them with their defaults).
 """
 
 from __future__ import annotations
@@ -50,6 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
     train_dqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     train_dqn.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
 
+    train_ppo = train.add_parser("ppo", help="action-masked PPO on Vault-v0 or a gymnax env (all on device)")
+    train_ppo.add_argument("--preset", choices=("default", "cartpole"), default="default",
+                           help="starting configuration: the seed's Vault settings, or PureJaxRL's CartPole")
+    _add_config_flags(train_ppo, "PPOConfig")
+    train_ppo.add_argument("--auto-tune", action="store_true",
+                           help="shrink num_envs / num_steps / hidden_size to fit this device (labcore.devices.auto_tune)")
+    train_ppo.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
+    train_ppo.add_argument("--log-every", type=_positive_int, default=10, help="updates between metric rows")
+    train_ppo.add_argument("--checkpoint-every", type=_positive_int, default=None,
+                           help="updates between checkpoints (default: one, at the end)")
+    train_ppo.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    train_ppo.add_argument("--eval-episodes", type=_positive_int, default=64, help="greedy episodes at the end")
+    train_ppo.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
     eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
     eval_dqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
@@ -57,11 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
     eval_dqn.add_argument("--episodes", type=_positive_int, default=None, help="default: the config's eval_episodes")
     eval_dqn.add_argument("--epsilon", type=float, default=None, help="default: the config's eval_epsilon")
     eval_dqn.add_argument("--seed", type=int, default=10_000)
+    eval_ppo = evaluate.add_parser("ppo", help="greedy episodes of a PPO checkpoint, beside random play")
+    eval_ppo.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
+    eval_ppo.add_argument("--step", type=int, default=None, help="checkpoint step in updates (default: the newest)")
+    eval_ppo.add_argument("--episodes", type=_positive_int, default=100)
+    eval_ppo.add_argument("--seed", type=int, default=10_000)
     return parser
 
 
 def _flag_type(annotation: str):
-    """(argparse type, nargs) for a DQNConfig field annotation (dataclass annotations are strings here)."""
+    """(argparse type, nargs) for a config field annotation (dataclass annotations are strings here)."""
     if annotation.startswith("tuple"):
         return int, "+"
     if annotation == "float | None":
@@ -69,11 +92,16 @@ def _flag_type(annotation: str):
     return {"int": int, "float": float, "str": str}[annotation], None
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+def _config_class(name: str):
     from labcore.agents.dqn import DQNConfig
+    from labcore.agents.ppo import PPOConfig
 
-    group = parser.add_argument_group("DQNConfig fields (unset flags keep the preset's value)")
-    for field in dataclasses.fields(DQNConfig):
+    return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig}[name]
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNConfig") -> None:
+    group = parser.add_argument_group(f"{config_class} fields (unset flags keep the preset's value)")
+    for field in dataclasses.fields(_config_class(config_class)):
         flag = "--" + ("env" if field.name == "env_id" else field.name.replace("_", "-"))
         default = field.default
         if field.type == "bool":
@@ -84,17 +112,16 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, dest=field.name, type=kind, nargs=nargs, default=None, help=f"(default {default})")
 
 
-def _config_from(args: argparse.Namespace):
-    from labcore.agents.dqn import DQNConfig
-
+def _config_from(args: argparse.Namespace, config_class: str = "DQNConfig"):
+    cls = _config_class(config_class)
     overrides = {}
-    for field in dataclasses.fields(DQNConfig):
+    for field in dataclasses.fields(cls):
         value = getattr(args, field.name)
         if value is not None:
             overrides[field.name] = tuple(value) if isinstance(value, list) else value
     if args.preset == "default":
-        return DQNConfig(**overrides)
-    return getattr(DQNConfig, args.preset)(**overrides)
+        return cls(**overrides)
+    return getattr(cls, args.preset)(**overrides)
 
 
 def _train_dqn(args: argparse.Namespace) -> int:
@@ -120,6 +147,40 @@ def _train_dqn(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_ppo(args: argparse.Namespace) -> int:
+    from labcore import devices
+    from labcore.agents import ppo_run
+
+    config = _config_from(args, "PPOConfig")
+    if args.auto_tune:
+        config, changes = devices.auto_tune(config)
+        for change in changes:
+            print(f"auto-tune: {change}")
+    print(config)
+    result = ppo_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
+                           checkpoint_every=args.checkpoint_every, resume=args.resume,
+                           progress=not args.no_progress, eval_episodes=args.eval_episodes)
+    print(json.dumps(result.summary))
+    return 0
+
+
+def _eval_ppo(args: argparse.Namespace) -> int:
+    import jax
+    import numpy as np
+
+    from labcore.agents import ppo, ppo_run
+
+    config, runner = ppo_run.load_checkpoint(args.checkpoint, args.step)
+    agent = ppo.make_ppo(config)
+    key = jax.random.key(args.seed)
+    greedy = np.asarray(jax.jit(lambda params: ppo.greedy_returns(agent, params, key, args.episodes))(runner.params))
+    random_play = np.asarray(ppo.random_returns(agent.env, agent.env_params, key, args.episodes))
+    print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), "episodes": args.episodes,
+                      "greedy_mean": float(greedy.mean()), "greedy_min": float(greedy.min()),
+                      "greedy_max": float(greedy.max()), "random_mean": float(random_play.mean())}))
+    return 0
+
+
 def _eval_dqn(args: argparse.Namespace) -> int:
     from labcore.agents import dqn_loop
 
@@ -133,8 +194,10 @@ def _eval_dqn(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
+        commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn,
+                    ("train", "ppo"): _train_ppo, ("eval", "ppo"): _eval_ppo}
         try:
-            return (_train_dqn if args.command == "train" else _eval_dqn)(args)
+            return commands[args.command, args.agent](args)
         except (ValueError, FileNotFoundError) as error:  # bad config or env: one clear line, no traceback
             print(f"error: {error}", file=sys.stderr)
             return 2

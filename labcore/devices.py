@@ -140,3 +140,63 @@ def format_bytes(n: int | None) -> str:
             return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+# Per-device sizes for on-policy training (PPOConfig's num_envs / num_steps / hidden_size).
+# The seed's Colab findings: on a T4 (15 GB) the default 256 envs x 128 steps x 256 units ran
+# out of memory while compiling; 64 x 128 x 256 fits, and 32 x 64 x 128 is the fallback for
+# smaller GPUs. On a CPU the network's matmuls are the cost (about 6.5 MFLOP per step at
+# 256 units), so a few cores want a smaller batch and network to keep updates frequent.
+SMALL_GPU_BYTES = 16 * 1024**3  # a T4 reports about 15 GiB
+TINY_GPU_BYTES = 8 * 1024**3
+TUNING = {
+    "tpu": {},  # the seed's settings fit: 16+ GiB of HBM per core
+    "gpu": {},  # a large GPU (A100, H100): the seed's settings
+    "gpu-t4": {"num_envs": 64, "num_steps": 128, "hidden_size": 256},
+    "gpu-small": {"num_envs": 32, "num_steps": 64, "hidden_size": 128},
+    "cpu": {"num_envs": 64, "num_steps": 128, "hidden_size": 128},
+}
+
+
+def device_class(info: DeviceReport | None = None) -> str:
+    """'cpu', 'tpu', 'gpu' (large), 'gpu-t4' (<= 16 GiB) or 'gpu-small' (<= 8 GiB)."""
+    info = report() if info is None else info
+    if info.platform != "gpu":
+        return info.platform
+    memory = min((d.memory_bytes for d in info.devices if d.memory_bytes), default=None)
+    if memory is None or memory > SMALL_GPU_BYTES:
+        return "gpu"
+    return "gpu-small" if memory <= TINY_GPU_BYTES else "gpu-t4"
+
+
+def auto_tune(config: Any, info: DeviceReport | None = None) -> tuple[Any, list[str]]:
+    """Fit an on-policy config to this device: returns (new config, one line per change).
+
+    Only shrinks: a network or batch already at or below the device's size is left alone, so
+    a small config you chose stays yours. ``num_minibatches`` is kept when it still divides the new
+    batch, otherwise the largest divisor at or below it is used. The config's own validation
+    runs again on the result (``dataclasses.replace``).
+    """
+    kind = device_class(info)
+    sizes = TUNING[kind]
+    changes: dict[str, Any] = {}
+    if "hidden_size" in sizes and config.hidden_size > sizes["hidden_size"]:
+        changes["hidden_size"] = sizes["hidden_size"]
+    # The batch (num_envs x num_steps) is what fills memory: shrink envs first, then the
+    # rollout length, and only while the batch is above the device's.
+    if "num_envs" in sizes and config.num_envs * config.num_steps > sizes["num_envs"] * sizes["num_steps"]:
+        num_envs = min(config.num_envs, sizes["num_envs"])
+        if num_envs != config.num_envs:
+            changes["num_envs"] = num_envs
+        if num_envs * config.num_steps > sizes["num_envs"] * sizes["num_steps"]:
+            changes["num_steps"] = sizes["num_steps"]
+    if not changes:
+        return config, []
+    batch = changes.get("num_envs", config.num_envs) * changes.get("num_steps", config.num_steps)
+    minibatches = config.num_minibatches
+    while batch % minibatches:
+        minibatches -= 1
+    if minibatches != config.num_minibatches:
+        changes["num_minibatches"] = minibatches
+    lines = [f"{field}: {getattr(config, field)} -> {value} ({kind})" for field, value in changes.items()]
+    return dataclasses.replace(config, **changes), lines

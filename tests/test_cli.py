@@ -1,5 +1,6 @@
-"""`python -m labcore train dqn` / `eval dqn`: flags map onto DQNConfig, errors are one clear line."""
+"""`python -m labcore train|eval dqn|ppo`: flags map onto the config classes, errors are one clear line."""
 
+import dataclasses
 import json
 
 import pytest
@@ -54,3 +55,59 @@ def test_train_then_eval_a_checkpoint(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert report["env"] == "CartPole-v1" and report["episodes"] == 3 and len(report["scores"]) == 3
     assert cli.main(["eval", "dqn", "--checkpoint", str(tmp_path / "missing")]) == 2
+
+
+def ppo_config_for(*flags):
+    return cli._config_from(cli.build_parser().parse_args(["train", "ppo", *flags]), "PPOConfig")
+
+
+def test_every_ppo_config_field_is_a_flag():
+    from labcore.agents.ppo import PPOConfig
+
+    parser = cli.build_parser()
+    ppo_parser = parser._subparsers._group_actions[0].choices["train"]._subparsers._group_actions[0].choices["ppo"]
+    flags = {option for action in ppo_parser._actions for option in action.option_strings}
+    for field in dataclasses.fields(PPOConfig):
+        assert "--" + ("env" if field.name == "env_id" else field.name.replace("_", "-")) in flags, field.name
+    config = ppo_config_for("--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "32", "--total-timesteps", "2048",
+                            "--no-mask-actions", "--no-anneal-lr", "--ent-coef", "0.05", "--activation", "relu",
+                            "--hidden-size", "32", "--num-layers", "3", "--seed", "7")
+    assert config == PPOConfig(env_id="CartPole-v1", num_envs=8, num_steps=32, total_timesteps=2048, mask_actions=False,
+                               anneal_lr=False, ent_coef=0.05, activation="relu", hidden_size=32, num_layers=3, seed=7)
+    assert ppo_config_for() == PPOConfig()
+    assert ppo_config_for("--preset", "cartpole", "--num-envs", "16") == PPOConfig.cartpole(num_envs=16)
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--env", "NoSuchGame-v0", "--num-envs", "4", "--total-timesteps", "512"], "PPOConfig.env_id: unknown gymnax environment id"),
+        (["--num-minibatches", "3", "--num-envs", "4"], "PPOConfig.num_minibatches must be a divisor"),
+        (["--gamma", "1.5"], "PPOConfig.gamma must be in [0, 1]"),
+        (["--activation", "gelu"], "PPOConfig.activation must be one of"),
+    ],
+)
+def test_bad_ppo_input_is_one_clear_error(flags, message, capsys, tmp_path):
+    assert cli.main(["train", "ppo", *flags, "--run-dir", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # failed before writing (or compiling) anything
+
+
+def test_train_ppo_writes_a_results_folder_then_evaluates(tmp_path, capsys):
+    run = tmp_path / "run"
+    flags = ["--preset", "cartpole", "--total-timesteps", "20480", "--log-every", "5", "--checkpoint-every", "20"]
+    assert cli.main(["train", "ppo", *flags, "--run-dir", str(run), "--no-progress", "--eval-episodes", "8"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["timesteps"] == 20480 and summary["max_invalid_action_rate"] == 0.0
+    assert summary["greedy_return_mean"] > summary["random_return_mean"]  # 40 updates already beat random play
+    for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
+        assert (run / name).is_file(), name
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir()) == [20, 40]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["update"] for row in rows] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert cli.main(["eval", "ppo", "--checkpoint", str(run), "--episodes", "4"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert report["update_step"] == 40 and report["episodes"] == 4
+    assert cli.main(["train", "ppo", *flags, "--run-dir", str(tmp_path / "fresh"), "--resume", "--no-progress"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err

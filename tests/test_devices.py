@@ -59,3 +59,39 @@ def test_format_bytes():
     assert devices.format_bytes(512) == "512 B"
     assert devices.format_bytes(1536) == "1.5 KiB"
     assert devices.format_bytes(16 * 2**30) == "16.0 GiB"
+
+
+def fake_report(platform, memory_gib=None):
+    memory = None if memory_gib is None else int(memory_gib * 1024**3)
+    device = devices.DeviceInfo(id=0, platform=platform, kind="test", process_index=0, memory_bytes=memory)
+    return devices.DeviceReport(platform=platform, devices=(device,), local_device_count=1, process_index=0,
+                                process_count=1, in_colab=False, host_memory_bytes=None, cpu_count=2)
+
+
+def test_device_class_sorts_gpus_by_memory():
+    assert devices.device_class(fake_report("cpu")) == "cpu"
+    assert devices.device_class(fake_report("tpu", 16)) == "tpu"
+    assert devices.device_class(fake_report("gpu", 15)) == "gpu-t4"
+    assert devices.device_class(fake_report("gpu", 6)) == "gpu-small"
+    assert devices.device_class(fake_report("gpu", 80)) == "gpu"
+
+
+def test_auto_tune_follows_the_seeds_colab_settings_and_only_shrinks():
+    from labcore.agents.ppo import PPOConfig
+
+    seed_config = PPOConfig()  # 256 envs x 128 steps x 256 units
+    t4, changes = devices.auto_tune(seed_config, fake_report("gpu", 15))
+    assert (t4.num_envs, t4.num_steps, t4.hidden_size) == (64, 128, 256)
+    assert changes == ["num_envs: 256 -> 64 (gpu-t4)"]
+    small, _ = devices.auto_tune(seed_config, fake_report("gpu", 6))
+    assert (small.num_envs, small.num_steps, small.hidden_size) == (32, 64, 128)
+    cpu, _ = devices.auto_tune(seed_config, fake_report("cpu"))
+    assert (cpu.num_envs, cpu.hidden_size) == (64, 128)
+    for big in (fake_report("gpu", 80), fake_report("tpu", 16)):
+        assert devices.auto_tune(seed_config, big) == (seed_config, [])
+    cartpole = PPOConfig.cartpole()  # already small everywhere: left alone
+    assert devices.auto_tune(cartpole, fake_report("gpu", 6)) == (cartpole, [])
+    # the minibatch count follows a batch it no longer divides: 32 x 64 = 2048 is not a multiple of 3
+    odd = PPOConfig(num_envs=96, num_steps=128, num_minibatches=3)
+    tuned, changes = devices.auto_tune(odd, fake_report("gpu", 6))
+    assert tuned.num_minibatches == 2 and "num_minibatches: 3 -> 2 (gpu-small)" in changes

@@ -123,6 +123,48 @@ def pmean_update_local_only(w, xs, ys, learning_rate):
     return w - learning_rate * grad  # each replica steps on its own shard: replicas drift apart
 
 
+def masked_policy_right(logits, mask, action):
+    shifted = jnp.where(mask, logits, -jnp.inf)
+    shifted = shifted - jnp.max(shifted, axis=-1, keepdims=True)
+    log_z = jnp.log(jnp.sum(jnp.where(mask, jnp.exp(shifted), 0.0), axis=-1, keepdims=True))
+    log_probs = jnp.where(mask, shifted - log_z, 0.0)
+    chosen = jnp.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
+    return chosen, -jnp.sum(jnp.exp(log_probs) * log_probs * mask, axis=-1)
+
+
+def masked_policy_entropy_over_all_actions(logits, mask, action):
+    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9))
+    chosen = jnp.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
+    return chosen, -jnp.sum(jax.nn.softmax(logits) * jax.nn.log_softmax(logits), axis=-1)  # unmasked entropy
+
+
+def gae_right(rewards, values, dones, last_value, gamma, gae_lambda):
+    advantages, next_advantage, next_value = [], jnp.zeros_like(last_value), last_value
+    for t in reversed(range(rewards.shape[0])):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * not_done - values[t]
+        next_advantage = delta + gamma * gae_lambda * not_done * next_advantage
+        next_value = values[t]
+        advantages.append(next_advantage)
+    return jnp.stack(advantages[::-1])
+
+
+def gae_ignoring_dones(rewards, values, dones, last_value, gamma, gae_lambda):
+    return gae_right(rewards, values, jnp.zeros_like(dones), last_value, gamma, gae_lambda)
+
+
+def clipped_loss_right(log_ratio, advantages, clip_eps):
+    ratio = jnp.exp(log_ratio)
+    pessimistic = jnp.where(
+        advantages >= 0, jnp.minimum(ratio, 1 + clip_eps) * advantages, jnp.maximum(ratio, 1 - clip_eps) * advantages
+    )
+    return -jnp.mean(pessimistic)
+
+
+def clipped_loss_clip_only(log_ratio, advantages, clip_eps):
+    return -jnp.mean(jnp.clip(jnp.exp(log_ratio), 1 - clip_eps, 1 + clip_eps) * advantages)  # no min: not pessimistic
+
+
 RIGHT = {
     "stable_softmax": softmax_right,
     "set_diagonal": diagonal_right,
@@ -136,6 +178,9 @@ RIGHT = {
     "vmap_loss": vmap_loss_right,
     "pmean_update": pmean_update_right,
     "per_example_grads": per_example_grads_right,
+    "masked_log_prob_entropy": masked_policy_right,
+    "gae": gae_right,
+    "ppo_clipped_loss": clipped_loss_right,
 }
 WRONG = {
     "stable_softmax": softmax_naive,
@@ -150,6 +195,9 @@ WRONG = {
     "vmap_loss": vmap_loss_mean_not_per_example,
     "pmean_update": pmean_update_local_only,
     "per_example_grads": per_example_grads_of_the_mean,
+    "masked_log_prob_entropy": masked_policy_entropy_over_all_actions,
+    "gae": gae_ignoring_dones,
+    "ppo_clipped_loss": clipped_loss_clip_only,
 }
 
 

@@ -106,7 +106,7 @@ def test_bad_config_names_the_field(field, value):
 
 
 def test_unknown_env_fails_before_compiling():
-    with pytest.raises(ValueError, match="unknown gymnax environment id 'CartPol-v1'.*Vault-v0"):
+    with pytest.raises(ValueError, match="PPOConfig.env_id: unknown gymnax environment id 'CartPol-v1'.*Vault-v0"):
         ppo.make_ppo(ppo.PPOConfig.cartpole(env_id="CartPol-v1"))
 
 
@@ -183,3 +183,25 @@ def test_ppo_learns_cartpole():
     _, metrics = jax.jit(train)(jax.random.key(0))
     returns = np.asarray(metrics["episode_return"])
     assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 150, returns
+
+
+def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
+    from labcore.agents import ppo_run
+
+    config = small_vault()  # 6 updates
+    straight = ppo_run.train(config, tmp_path / "straight", log_every=1, progress=False, eval_episodes=2)
+    interrupted = tmp_path / "interrupted"
+    ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, progress=False, eval_episodes=2)
+    import shutil
+
+    shutil.rmtree(interrupted / "checkpoints" / "6")  # as if killed after the checkpoint at update 4
+    resumed = ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, resume=True, progress=False, eval_episodes=2)
+    assert int(resumed.runner.update_step) == 6
+    assert_same_runner(straight.runner, resumed.runner)
+    assert [row["update"] for row in resumed.metrics] == [5, 6]
+    assert resumed.metrics[-1]["entropy"] == straight.metrics[-1]["entropy"]
+    config_back, runner_back = ppo_run.load_checkpoint(interrupted)
+    assert config_back == config
+    assert_same_runner(runner_back, straight.runner)
+    with pytest.raises(ValueError, match="different config"):
+        ppo_run.train(small_vault(seed=1), interrupted, resume=True, progress=False)

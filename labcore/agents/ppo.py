@@ -178,7 +178,10 @@ def make_ppo(
     vmap) every ``log_every`` updates, while training runs. Nothing is traced here.
     """
     if env is None:
-        env, default_params = envs.make_masked_env(config.env_id)
+        try:
+            env, default_params = envs.make_masked_env(config.env_id)
+        except ValueError as err:
+            raise ValueError(f"PPOConfig.env_id: {err}") from None
         env_params = default_params if env_params is None else env_params
     elif env_params is None:
         env_params = env.default_params
@@ -339,6 +342,54 @@ def make_ppo(
         return pi(logits, mask).mode()
 
     return PPO(config, network, env, env_params, init, run, train, policy)
+
+
+def play_episodes(
+    env: Any,
+    env_params: Any,
+    choose: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+    key: jax.Array,
+    num_episodes: int = 32,
+) -> jax.Array:
+    """Returns [num_episodes] of one episode each, all played at once (vmap) for the env's step limit.
+
+    choose(key, obs [D], mask [A]) -> action []: a policy for ONE env. Jit-able; returns from
+    the episode's first end only (the env auto-resets after it).
+    """
+    horizon = int(env_params.max_steps_in_episode)
+
+    def one_episode(episode_key: jax.Array) -> jax.Array:
+        reset_key, play_key = jax.random.split(episode_key)
+        obs, state = env.reset(reset_key, env_params)
+
+        def step(carry, step_key):
+            obs, state, total, running = carry
+            choose_key, env_key = jax.random.split(step_key)
+            action = choose(choose_key, obs, env.action_mask(state, env_params))
+            obs, state, reward, terminated, truncated, _ = env.step(env_key, state, action, env_params)
+            total = total + jnp.where(running, reward, 0.0)
+            return (obs, state, total, running & ~(terminated | truncated)), None
+
+        start = (obs, state, jnp.float32(0.0), jnp.bool_(True))
+        (_, _, total, _), _ = jax.lax.scan(step, start, jax.random.split(play_key, horizon))
+        return total
+
+    return jax.vmap(one_episode)(jax.random.split(key, num_episodes))
+
+
+def greedy_returns(agent: PPO, params: Any, key: jax.Array, num_episodes: int = 32) -> jax.Array:
+    """[num_episodes] returns of the greedy (argmax over legal actions) policy."""
+    choose = lambda _, obs, mask: agent.policy(params, obs[None], mask[None])[0]  # noqa: E731
+    return play_episodes(agent.env, agent.env_params, choose, key, num_episodes)
+
+
+def random_returns(env: Any, env_params: Any, key: jax.Array, num_episodes: int = 32, masked: bool = True) -> jax.Array:
+    """[num_episodes] returns of uniform random play: over the legal actions, or over all (masked False)."""
+
+    def choose(choose_key, obs, mask):
+        return jax.random.categorical(choose_key, jnp.where(mask | (not masked), 0.0, losses.MASKED_LOGIT))
+
+    return play_episodes(env, env_params, choose, key, num_episodes)
 
 
 def make_train(

@@ -1,0 +1,164 @@
+"""Running masked PPO for real: a results folder, a progress bar, checkpoints, resume, evaluation.
+
+    result = train(PPOConfig(env_id="Vault-v0"), run_dir="runs/vault")
+    config, runner = load_checkpoint("runs/vault")
+
+The training itself stays the one jitted program of ``labcore.agents.ppo``; this module only
+cuts it into chunks of ``checkpoint_every`` updates (each chunk one compiled ``ppo.run``), so a
+checkpoint can be written between chunks. Chunking does not change the result: the runner
+state carries everything, so 3 + 3 updates equal 6 (tests/test_ppo.py checks it).
+
+A run directory holds:
+
+    config.json         every PPOConfig field
+    metrics.jsonl/.csv  one row every ``log_every`` updates (labcore.logging)
+    metrics.png         return, entropy, invalid-action rate and losses against timesteps
+    checkpoints/        orbax checkpoints of the runner state; the last is the final one
+    summary.json        wall, compile and run time, steps/s, final and greedy-evaluation returns
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from labcore import checkpoint
+from labcore.agents import ppo
+from labcore.logging import MetricsLogger
+
+PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
+
+
+class PPORunResult(NamedTuple):
+    config: ppo.PPOConfig
+    runner: ppo.RunnerState
+    metrics: list[dict[str, Any]]  # the logged rows
+    summary: dict[str, Any]
+
+
+def train(
+    config: ppo.PPOConfig,
+    run_dir: str | os.PathLike | None = None,
+    log_every: int = 10,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    eval_episodes: int = 64,
+) -> PPORunResult:
+    """Train ``config`` end to end; with ``run_dir``, write the folder described above.
+
+    checkpoint_every: updates per chunk (default: the whole run in one chunk, checkpointed at
+    the end). resume: continue from the newest checkpoint in run_dir/checkpoints, which must
+    have been written with the same config.
+    """
+    from tqdm import tqdm
+
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1 update, got {checkpoint_every}")
+    batch = config.num_envs * config.num_steps
+    watch = ppo.EntropyWatch(config)
+
+    def on_metrics(metrics: dict[str, np.ndarray]) -> None:
+        watch(metrics)
+        row = logger.log({"update": int(metrics["timesteps"]) // batch, **metrics})
+        bar.update(row["timesteps"] - bar.n)
+        if row["episode_return"] is not None:
+            bar.set_postfix(ret=f"{row['episode_return']:.2f}", ent=f"{row['entropy']:.2f}", refresh=False)
+
+    # First, so that a bad env id fails before anything is written or compiled.
+    agent = ppo.make_ppo(config, callback=on_metrics, log_every=log_every)
+    run_path = None if run_dir is None else Path(run_dir)
+    checkpoints = None if run_path is None else run_path / "checkpoints"
+    if resume and (checkpoints is None or checkpoint.latest_step(checkpoints) is None):
+        raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
+    logger = MetricsLogger(run_path)
+    if run_path is not None:
+        (run_path / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+    bar = tqdm(total=config.num_updates * batch, unit="step", unit_scale=True, disable=not progress, desc=config.env_id)
+    key = jax.random.key(config.seed)
+    runner = agent.init(key)
+    if resume:
+        saved = ppo.PPOConfig(**checkpoint.restore_metadata(checkpoints)["config"])
+        if saved != config:
+            raise ValueError(f"resume: the checkpoint was written with a different config: {saved}")
+        runner, _ = checkpoint.restore(checkpoints, like=runner)
+        bar.update(int(runner.update_step) * batch)
+
+    run = jax.jit(agent.run, static_argnums=1)
+    compile_s = run_s = 0.0
+    compiled: dict[int, Any] = {}
+    while (done := int(runner.update_step)) < config.num_updates:
+        chunk = min(checkpoint_every or config.num_updates, config.num_updates - done)
+        if chunk not in compiled:
+            started = time.perf_counter()
+            compiled[chunk] = run.lower(runner, chunk).compile()
+            compile_s += time.perf_counter() - started
+        started = time.perf_counter()
+        runner, _ = jax.block_until_ready(compiled[chunk](runner))
+        jax.effects_barrier()  # every metrics callback of the chunk has run
+        run_s += time.perf_counter() - started
+        if checkpoints is not None:
+            save_checkpoint(checkpoints, config, runner)
+    bar.close()
+
+    summary = summarize(agent, runner, logger.rows, compile_s, run_s, eval_episodes)
+    if run_path is not None:
+        (run_path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if logger.rows:
+            plot_run(logger.rows, config).savefig(run_path / "metrics.png", dpi=100)
+    return PPORunResult(config, runner, logger.rows, summary)
+
+
+def summarize(agent: ppo.PPO, runner: ppo.RunnerState, rows: list[dict], compile_s: float, run_s: float, eval_episodes: int) -> dict[str, Any]:
+    config = agent.config
+    steps = int(runner.update_step) * config.num_envs * config.num_steps
+    key = jax.random.key(config.seed + 1)
+    greedy = np.asarray(jax.jit(lambda params, key: ppo.greedy_returns(agent, params, key, eval_episodes))(runner.params, key))
+    random_play = np.asarray(ppo.random_returns(agent.env, agent.env_params, key, eval_episodes))
+    recent = [row["episode_return"] for row in rows[-max(1, len(rows) // 10) :] if row["episode_return"] is not None]
+    return {
+        "env": config.env_id,
+        "timesteps": steps,
+        "compile_s": round(compile_s, 2),
+        "run_s": round(run_s, 2),
+        # this call's steps only (a resumed run counts what it ran)
+        "steps_per_second": round(steps / run_s, 1) if run_s > 0 else None,
+        "final_episode_return": float(np.mean(recent)) if recent else None,
+        "greedy_return_mean": float(greedy.mean()),
+        "greedy_return_std": float(greedy.std()),
+        "random_return_mean": float(random_play.mean()),
+        "eval_episodes": eval_episodes,
+        "max_invalid_action_rate": max((row["invalid_action_rate"] for row in rows), default=None),
+    }
+
+
+def plot_run(rows: list[dict[str, Any]], config: ppo.PPOConfig):
+    from labcore.logging import plot_metrics
+
+    masked = "masked" if config.mask_actions else "unmasked"
+    return plot_metrics(rows, PLOTTED, x_key="timesteps", title=f"PPO on {config.env_id} ({masked})")
+
+
+def save_checkpoint(directory: str | os.PathLike, config: ppo.PPOConfig, runner: ppo.RunnerState) -> Path:
+    step = int(runner.update_step)
+    metadata = {"config": dataclasses.asdict(config), "update_step": step}
+    return checkpoint.save(directory, step, runner, metadata)
+
+
+def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[ppo.PPOConfig, ppo.RunnerState]:
+    """(config, runner) from a run directory or its checkpoints/ folder (default: newest step)."""
+    directory = Path(path)
+    if (directory / "checkpoints").is_dir():
+        directory = directory / "checkpoints"
+    metadata = checkpoint.restore_metadata(directory, step)
+    config = ppo.PPOConfig(**metadata["config"])
+    like = ppo.make_ppo(config).init(jax.random.key(0))
+    runner, _ = checkpoint.restore(directory, like=like, step=step)
+    return config, runner
