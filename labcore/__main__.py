@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_ppo.add_argument("--checkpoint-every", type=_positive_int, default=None,
                            help="updates between checkpoints (default: one, at the end)")
     train_ppo.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    train_ppo.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     train_ppo.add_argument("--eval-episodes", type=_positive_int, default=64, help="greedy episodes at the end")
     train_ppo.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_dqn.add_argument("--episodes", type=_positive_int, default=None, help="default: the config's eval_episodes")
     eval_dqn.add_argument("--epsilon", type=float, default=None, help="default: the config's eval_epsilon")
     eval_dqn.add_argument("--seed", type=int, default=10_000)
-    eval_ppo = evaluate.add_parser("ppo", help="greedy episodes of a PPO checkpoint, beside random play")
+    eval_ppo = evaluate.add_parser("ppo", help="greedy and sampled episodes of a PPO checkpoint, beside random play")
     eval_ppo.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
     eval_ppo.add_argument("--step", type=int, default=None, help="checkpoint step in updates (default: the newest)")
     eval_ppo.add_argument("--episodes", type=_positive_int, default=100)
@@ -159,7 +160,7 @@ def _train_ppo(args: argparse.Namespace) -> int:
     print(config)
     result = ppo_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
                            checkpoint_every=args.checkpoint_every, resume=args.resume,
-                           progress=not args.no_progress, eval_episodes=args.eval_episodes)
+                           progress=not args.no_progress, eval_episodes=args.eval_episodes, overwrite=args.overwrite)
     print(json.dumps(result.summary))
     return 0
 
@@ -173,11 +174,13 @@ def _eval_ppo(args: argparse.Namespace) -> int:
     config, runner = ppo_run.load_checkpoint(args.checkpoint, args.step)
     agent = ppo.make_ppo(config)
     key = jax.random.key(args.seed)
-    greedy = np.asarray(jax.jit(lambda params: ppo.greedy_returns(agent, params, key, args.episodes))(runner.params))
+    evaluate = jax.jit(lambda params, greedy: ppo.policy_returns(agent, params, key, args.episodes, greedy), static_argnums=1)
+    greedy, sampled = (np.asarray(evaluate(runner.params, greedy)) for greedy in (True, False))
     random_play = np.asarray(ppo.random_returns(agent.env, agent.env_params, key, args.episodes))
     print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), "episodes": args.episodes,
                       "greedy_mean": float(greedy.mean()), "greedy_min": float(greedy.min()),
-                      "greedy_max": float(greedy.max()), "random_mean": float(random_play.mean())}))
+                      "greedy_max": float(greedy.max()), "sampled_mean": float(sampled.mean()),
+                      "random_mean": float(random_play.mean())}))
     return 0
 
 
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                     ("train", "ppo"): _train_ppo, ("eval", "ppo"): _eval_ppo}
         try:
             return commands[args.command, args.agent](args)
-        except (ValueError, FileNotFoundError) as error:  # bad config or env: one clear line, no traceback
+        except (ValueError, FileNotFoundError, FileExistsError) as error:  # bad config or env: one clear line, no traceback
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "doctor":

@@ -10,6 +10,7 @@ import pytest
 import rlax
 
 from labcore import checkpoint, losses
+from labcore.logging import read_metrics
 from labcore.agents import ppo
 
 
@@ -189,14 +190,16 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     from labcore.agents import ppo_run
 
     config = small_vault()  # 6 updates
-    straight = ppo_run.train(config, tmp_path / "straight", log_every=1, progress=False, eval_episodes=2)
+    straight = ppo_run.train(config, tmp_path / "straight", log_every=1, progress=False, eval_episodes=0)
     interrupted = tmp_path / "interrupted"
-    ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, progress=False, eval_episodes=2)
+    ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, progress=False, eval_episodes=0)
     import shutil
 
     shutil.rmtree(interrupted / "checkpoints" / "6")  # as if killed after the checkpoint at update 4
     resumed = ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, resume=True, progress=False, eval_episodes=2)
     assert int(resumed.runner.update_step) == 6
+    assert resumed.summary["timesteps"] == 6 * 128 and "greedy_return_mean" in resumed.summary
+    assert "greedy_return_mean" not in straight.summary  # eval_episodes=0: no evaluation
     assert_same_runner(straight.runner, resumed.runner)
     assert [row["update"] for row in resumed.metrics] == [5, 6]
     assert resumed.metrics[-1]["entropy"] == straight.metrics[-1]["entropy"]
@@ -205,3 +208,7 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     assert_same_runner(runner_back, straight.runner)
     with pytest.raises(ValueError, match="different config"):
         ppo_run.train(small_vault(seed=1), interrupted, resume=True, progress=False)
+    with pytest.raises(FileExistsError, match="holds an earlier run"):
+        ppo_run.train(config, tmp_path / "straight", progress=False)
+    again = ppo_run.train(config, tmp_path / "straight", log_every=1, progress=False, eval_episodes=0, overwrite=True)
+    assert len(again.metrics) == 6 and len(read_metrics(tmp_path / "straight")) == 6  # replaced, not appended

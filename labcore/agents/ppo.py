@@ -377,9 +377,16 @@ def play_episodes(
     return jax.vmap(one_episode)(jax.random.split(key, num_episodes))
 
 
-def greedy_returns(agent: PPO, params: Any, key: jax.Array, num_episodes: int = 32) -> jax.Array:
-    """[num_episodes] returns of the greedy (argmax over legal actions) policy."""
-    choose = lambda _, obs, mask: agent.policy(params, obs[None], mask[None])[0]  # noqa: E731
+def policy_returns(agent: PPO, params: Any, key: jax.Array, num_episodes: int = 32, greedy: bool = True) -> jax.Array:
+    """[num_episodes] returns of the trained policy: greedy (argmax over legal actions) or
+    sampled (the stochastic policy PPO trained, as in its training curves)."""
+
+    def choose(choose_key, obs, mask):
+        if greedy:
+            return agent.policy(params, obs[None], mask[None])[0]
+        logits, _ = agent.network.apply(params, obs[None])
+        return masked_policy(logits, mask[None] if agent.config.mask_actions else None).sample(seed=choose_key)[0]
+
     return play_episodes(agent.env, agent.env_params, choose, key, num_episodes)
 
 

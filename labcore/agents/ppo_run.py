@@ -14,7 +14,7 @@ A run directory holds:
     metrics.jsonl/.csv  one row every ``log_every`` updates (labcore.logging)
     metrics.png         return, entropy, invalid-action rate and losses against timesteps
     checkpoints/        orbax checkpoints of the runner state; the last is the final one
-    summary.json        wall, compile and run time, steps/s, final and greedy-evaluation returns
+    summary.json        compile and run time, steps/s, final training return, greedy / sampled / random returns
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,6 +35,7 @@ from labcore.agents import ppo
 from labcore.logging import MetricsLogger
 
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
+RUN_FILES = ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "checkpoints", "summary.json")
 
 
 class PPORunResult(NamedTuple):
@@ -50,13 +52,15 @@ def train(
     checkpoint_every: int | None = None,
     resume: bool = False,
     progress: bool = True,
-    eval_episodes: int = 64,
+    eval_episodes: int = 64,  # 0: no evaluation at the end
+    overwrite: bool = False,
 ) -> PPORunResult:
     """Train ``config`` end to end; with ``run_dir``, write the folder described above.
 
     checkpoint_every: updates per chunk (default: the whole run in one chunk, checkpointed at
     the end). resume: continue from the newest checkpoint in run_dir/checkpoints, which must
-    have been written with the same config.
+    have been written with the same config. A run_dir holding an earlier run is refused unless
+    resume or overwrite (which deletes that run's files, and only those) is set.
     """
     from tqdm import tqdm
 
@@ -78,10 +82,18 @@ def train(
     checkpoints = None if run_path is None else run_path / "checkpoints"
     if resume and (checkpoints is None or checkpoint.latest_step(checkpoints) is None):
         raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
+    if run_path is not None and not resume:
+        previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()]
+        if previous and not overwrite:
+            raise FileExistsError(f"{run_path} holds an earlier run ({previous[0].name}); resume it, or overwrite it")
+        for path in previous:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     logger = MetricsLogger(run_path)
     if run_path is not None:
         (run_path / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
-    bar = tqdm(total=config.num_updates * batch, unit="step", unit_scale=True, disable=not progress, desc=config.env_id)
+    # mininterval: redraw at most every 2 s, so a notebook's stored output stays small
+    bar = tqdm(total=config.num_updates * batch, unit="step", unit_scale=True, disable=not progress,
+               desc=config.env_id, mininterval=2.0)
     key = jax.random.key(config.seed)
     runner = agent.init(key)
     if resume:
@@ -92,6 +104,7 @@ def train(
         bar.update(int(runner.update_step) * batch)
 
     run = jax.jit(agent.run, static_argnums=1)
+    first_update = int(runner.update_step)
     compile_s = run_s = 0.0
     compiled: dict[int, Any] = {}
     while (done := int(runner.update_step)) < config.num_updates:
@@ -108,7 +121,8 @@ def train(
             save_checkpoint(checkpoints, config, runner)
     bar.close()
 
-    summary = summarize(agent, runner, logger.rows, compile_s, run_s, eval_episodes)
+    steps_run = (int(runner.update_step) - first_update) * batch
+    summary = summarize(agent, runner, logger.rows, compile_s, run_s, steps_run, eval_episodes)
     if run_path is not None:
         (run_path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if logger.rows:
@@ -116,26 +130,39 @@ def train(
     return PPORunResult(config, runner, logger.rows, summary)
 
 
-def summarize(agent: ppo.PPO, runner: ppo.RunnerState, rows: list[dict], compile_s: float, run_s: float, eval_episodes: int) -> dict[str, Any]:
+def summarize(
+    agent: ppo.PPO, runner: ppo.RunnerState, rows: list[dict], compile_s: float, run_s: float, steps_run: int, eval_episodes: int
+) -> dict[str, Any]:
+    """The numbers of a finished run (steps_run, run_s: this call's share, for a resumed run)."""
     config = agent.config
-    steps = int(runner.update_step) * config.num_envs * config.num_steps
-    key = jax.random.key(config.seed + 1)
-    greedy = np.asarray(jax.jit(lambda params, key: ppo.greedy_returns(agent, params, key, eval_episodes))(runner.params, key))
-    random_play = np.asarray(ppo.random_returns(agent.env, agent.env_params, key, eval_episodes))
     recent = [row["episode_return"] for row in rows[-max(1, len(rows) // 10) :] if row["episode_return"] is not None]
-    return {
+    summary = {
         "env": config.env_id,
-        "timesteps": steps,
+        "timesteps": int(runner.update_step) * config.num_envs * config.num_steps,
         "compile_s": round(compile_s, 2),
         "run_s": round(run_s, 2),
-        # this call's steps only (a resumed run counts what it ran)
-        "steps_per_second": round(steps / run_s, 1) if run_s > 0 else None,
+        "steps_per_second": round(steps_run / run_s, 1) if run_s > 0 else None,
         "final_episode_return": float(np.mean(recent)) if recent else None,
+        "max_invalid_action_rate": max((row["invalid_action_rate"] for row in rows), default=None),
+    }
+    if eval_episodes > 0:
+        summary.update(evaluate(agent, runner.params, eval_episodes, seed=config.seed + 1))
+    return summary
+
+
+def evaluate(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) -> dict[str, Any]:
+    """Mean and spread of greedy, sampled and random-legal play on the same ``num_episodes`` layouts."""
+    key = jax.random.key(seed)
+    play = jax.jit(lambda params, greedy: ppo.policy_returns(agent, params, key, num_episodes, greedy), static_argnums=1)
+    greedy, sampled = (np.asarray(play(params, greedy)) for greedy in (True, False))
+    random_play = np.asarray(jax.jit(lambda k: ppo.random_returns(agent.env, agent.env_params, k, num_episodes))(key))
+    return {
+        "eval_episodes": num_episodes,
         "greedy_return_mean": float(greedy.mean()),
         "greedy_return_std": float(greedy.std()),
+        "sampled_return_mean": float(sampled.mean()),
+        "sampled_return_std": float(sampled.std()),
         "random_return_mean": float(random_play.mean()),
-        "eval_episodes": eval_episodes,
-        "max_invalid_action_rate": max((row["invalid_action_rate"] for row in rows), default=None),
     }
 
 
