@@ -71,13 +71,13 @@ def test_gae_matches_rlax_and_a_float64_loop():
         delta = rewards[t] + gamma * next_value * not_done - values[t]
         next_advantage = delta + gamma * lam * not_done * next_advantage
         expected[t], next_value = next_advantage, values[t]
-    np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(returns, expected + values, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(advantages, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(returns, expected + values, rtol=1e-6, atol=1e-6)
     for e in range(envs):  # rlax: discounts carry the episode ends, values include the bootstrap
         rl = rlax.truncated_generalized_advantage_estimation(
             rewards[:, e], gamma * (1.0 - dones[:, e]), lam, np.append(values[:, e], last_value[e])
         )
-        np.testing.assert_allclose(advantages[:, e], rl, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(advantages[:, e], rl, rtol=1e-6, atol=1e-6)
 
 
 def test_ppo_losses_match_float64():
