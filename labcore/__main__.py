@@ -9,6 +9,8 @@
     python -m labcore train ppo --env Vault-v0 --num-envs 64 --total-timesteps 2000000 --run-dir runs/vault
     python -m labcore train ppo --preset cartpole --run-dir runs/ppo-cartpole
     python -m labcore eval ppo --checkpoint runs/vault [--episodes 100]
+    python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
+    python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
 
 Every DQNConfig field is a flag of ``train dqn`` and every PPOConfig field a flag of ``train
 ppo`` (``--help`` lists them with their defaults).
@@ -68,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     train_ppo.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     train_ppo.add_argument("--eval-episodes", type=_positive_int, default=64, help="greedy episodes at the end")
     train_ppo.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    launch = commands.add_parser("launch", help="run a labcore command as N local processes joined by jax.distributed")
+    launch.add_argument("--num-processes", type=_positive_int, default=2)
+    launch.add_argument("--devices-per-process", type=_positive_int, default=2, help="CPU devices in each process")
+    launch.add_argument("--timeout", type=float, default=600.0, help="seconds before every worker is stopped")
+    launch.add_argument("--join-timeout", type=float, default=60.0, help="seconds for all workers to join the cluster")
+    launch.add_argument("worker_command", nargs=argparse.REMAINDER,
+                        help="after --: the labcore command each worker runs, e.g. -- train dqn --env CartPole-v1")
+    commands.add_parser("cluster-check", help="(in a launched worker) join, psum across processes, compare values")
 
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
     eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
@@ -204,6 +215,20 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, FileNotFoundError, FileExistsError) as error:  # bad config or env: one clear line, no traceback
             print(f"error: {error}", file=sys.stderr)
             return 2
+    if args.command == "launch":
+        from labcore import distributed
+
+        worker_command = [part for part in args.worker_command if part != "--"] or ["cluster-check"]
+        result = distributed.launch(worker_command, args.num_processes, args.devices_per_process,
+                                    timeout_s=args.timeout, join_timeout_s=args.join_timeout)
+        if result.returncode:
+            print(f"error: {result.message}", file=sys.stderr)
+        return result.returncode
+    if args.command == "cluster-check":
+        from labcore import distributed
+
+        distributed.cluster_check()
+        return 0
     if args.command == "doctor":
         from labcore import doctor
 

@@ -1,0 +1,94 @@
+"""Real multi-process JAX on loopback: the launcher, a cross-process psum, failures that end cleanly."""
+
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+from labcore import distributed
+
+
+def python(script: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(script)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_two_processes_of_two_devices_psum_across_processes():
+    result = distributed.launch(["cluster-check"], num_processes=2, devices_per_process=2, timeout_s=120, stream=None)
+    assert result.returncode == 0, result.message + "\n" + "\n".join(sum(result.output, []))
+    reports = [line for lines in result.output for line in lines if line.startswith("cluster-check")]
+    assert len(reports) == 2
+    for report in reports:
+        assert "'devices': 4" in report and "'psum': 10.0" in report and "'local_devices': 2" in report
+    assert len({report.split("'mean_fingerprint': ")[1] for report in reports}) == 1  # same bits in both
+
+
+def test_a_dead_worker_ends_the_run_quickly_and_leaves_no_process_behind(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    script = f"""
+        import os, subprocess, sys, time
+        from labcore import distributed
+        rank, _ = distributed.initialize()
+        # a grandchild in the worker's process group: the launcher must stop it too
+        child = subprocess.Popen(["sleep", "300"])
+        open("{pid_file}." + str(rank), "w").write(str(child.pid))
+        if rank == 1:
+            time.sleep(1.0)
+            os._exit(3)  # dies without a word
+        from jax.experimental import multihost_utils
+        import numpy as np
+        multihost_utils.process_allgather(np.zeros(1))  # rank 0 waits here for a peer that is gone
+        time.sleep(300)
+    """
+    started = time.monotonic()
+    result = distributed.launch(python(script), num_processes=2, devices_per_process=1, timeout_s=120, stream=None)
+    assert time.monotonic() - started < 60
+    assert result.returncode != 0
+    assert "worker 1 died with exit status 3" in result.message
+    for rank in range(2):
+        pid = int((tmp_path / f"child.pid.{rank}").read_text())
+        deadline = time.monotonic() + 5
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(pid), f"rank {rank}'s child process survived"
+
+
+def test_a_worker_that_never_joins_times_out():
+    script = """
+        import os, time
+        if os.environ["LABCORE_PROCESS_ID"] == "0":
+            from labcore import distributed
+            distributed.initialize(timeout_s=30)  # waits for a peer that never comes
+        time.sleep(300)
+    """
+    started = time.monotonic()
+    result = distributed.launch(python(script), num_processes=2, devices_per_process=1, join_timeout_s=3, stream=None)
+    assert time.monotonic() - started < 20
+    assert result.returncode != 0 and "did not join the cluster within 3 s" in result.message
+
+
+def test_initialize_needs_all_three_arguments_together(monkeypatch):
+    for name in (distributed.ENV_COORDINATOR, distributed.ENV_NUM_PROCESSES, distributed.ENV_PROCESS_ID):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="together"):
+        distributed.initialize(coordinator_address="127.0.0.1:1234")
+    with pytest.raises(ValueError, match=r"process_id must be in \[0, 2\)"):
+        distributed.initialize("127.0.0.1:1234", 2, 5)
+
+
+def test_launcher_command_line_reports_failure(capsys):
+    from labcore import __main__ as cli
+
+    code = cli.main(["launch", "--num-processes", "2", "--devices-per-process", "1", "--join-timeout", "20",
+                     "--", "train", "dqn", "--env", "NoSuchGame-v0"])
+    assert code == 1
+    assert "died with exit status 2" in capsys.readouterr().err
