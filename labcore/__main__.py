@@ -137,6 +137,11 @@ def _config_from(args: argparse.Namespace, config_class: str = "DQNConfig"):
 
 
 def _train_dqn(args: argparse.Namespace) -> int:
+    from labcore import distributed
+
+    if distributed.launched():  # a worker of `python -m labcore launch`: data-parallel over the cluster
+        distributed.initialize()  # before anything touches a device
+        return _train_dqn_distributed(args)
     from labcore.agents import dqn_loop
 
     config = _config_from(args)
@@ -156,6 +161,23 @@ def _train_dqn(args: argparse.Namespace) -> int:
         scores = dqn_loop.evaluate(config, result.train_state.params)
         summary.update(eval_mean=float(sum(scores) / len(scores)), eval_episodes=len(scores))
     print(json.dumps(summary))
+    return 0
+
+
+def _train_dqn_distributed(args: argparse.Namespace) -> int:
+    import jax
+
+    from labcore.agents import dqn_distributed
+
+    config = _config_from(args)
+    if jax.process_index() == 0:
+        print(config)
+    result = dqn_distributed.train(config, run_dir=args.run_dir,
+                                   chunk_iterations=max(1, args.log_every // config.train_frequency))
+    last = result.metrics[-1]
+    print(json.dumps({"process": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count(),
+                      "updates": last["updates"], "steps": last["step"], "wall_time_s": round(result.wall_time, 1),
+                      "final_episode_return": last["episode_return"], "params_fingerprint": result.fingerprints[-1]}))
     return 0
 
 

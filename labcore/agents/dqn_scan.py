@@ -73,12 +73,22 @@ def iteration_counts(config: dqn.DQNConfig) -> tuple[int, int]:
     return warmup, total - warmup
 
 
-def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> Callable[[jax.Array], ScanResult]:
-    """A pure ``train(key) -> ScanResult``: all of training as one traced function.
+class ScanParts(NamedTuple):
+    """The pieces ``make_train`` is built from, for callers that drive the iterations themselves
+    (``labcore.agents.dqn_distributed`` runs them on every device of a cluster)."""
 
-    env, env_params: a gymnax env (default ``envs.make_jax_env(config.env_id)``). Everything is
-    checked here, before tracing: a bad env id or a num_envs that does not divide
-    train_frequency fails with a message naming the field.
+    init: Callable[..., _Carry]  # (key, params_key=None) -> carry; params from params_key if given
+    iterate: Callable[[_Carry, int, bool], tuple[_Carry, dict[str, jax.Array]]]  # (carry, n, learn)
+    evaluate: Callable[[Any, jax.Array], jax.Array]  # (params, key) -> [eval_episodes] returns
+    warmup_iterations: int
+    learn_iterations: int
+
+
+def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, axis_name: str | None = None) -> ScanParts:
+    """Everything ``make_train`` needs, checked before tracing (see ``make_train``).
+
+    axis_name: average each update's gradients over this mapped axis (``dqn.make_update``), for
+    data parallelism under ``jax.shard_map`` / ``jax.pmap``.
     """
     if env is None:
         env, default_params = envs.make_jax_env(config.env_id)
@@ -98,7 +108,7 @@ def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -
     obs_shape = env.observation_space(env_params).shape
     network = make_q_network(config.network, num_actions, config.hidden_sizes)
     optimizer = dqn.make_optimizer(config)
-    update = dqn.make_update(config, network, optimizer)
+    update = dqn.make_update(config, network, optimizer, axis_name=axis_name)
     evaluate = make_evaluate(config, env, env_params)
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     reset_envs = jax.vmap(env.reset, in_axes=(0, None))
@@ -150,10 +160,15 @@ def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -
         }
         return carry, metrics
 
-    def train(key: jax.Array) -> ScanResult:
-        init_key, reset_key, eval_key, loop_key = jax.random.split(key, 4)
+    def iterate(carry: _Carry, num_iterations: int, learn: bool) -> tuple[_Carry, dict[str, jax.Array]]:
+        """``num_iterations`` iterations (static) with or without updates; metrics [num_iterations]."""
+        return jax.lax.scan(lambda c, _: iteration(c, learn), carry, None, length=num_iterations)
+
+    def init(key: jax.Array, params_key: jax.Array | None = None) -> _Carry:
+        init_key, reset_key, loop_key = jax.random.split(key, 3)
         obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
-        train_state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, jnp.float32), init_key)
+        params_key = init_key if params_key is None else params_key
+        train_state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, jnp.float32), params_key)
         example = dqn.Transition(
             obs=jnp.zeros(obs_shape, obs.dtype),
             action=jnp.int32(0),
@@ -161,7 +176,7 @@ def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -
             next_obs=jnp.zeros(obs_shape, obs.dtype),
             terminated=jnp.bool_(False),
         )
-        carry = _Carry(
+        return _Carry(
             train_state=train_state,
             buffer=replay.init(example, config.buffer_size),
             env_state=env_state,
@@ -170,10 +185,26 @@ def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -
             step=jnp.int32(0),
             key=loop_key,
         )
-        carry, warmup_metrics = jax.lax.scan(lambda c, _: iteration(c, learn=False), carry, None, length=warmup_iterations)
-        carry, learn_metrics = jax.lax.scan(lambda c, _: iteration(c, learn=True), carry, None, length=learn_iterations)
+
+    return ScanParts(init, iterate, evaluate, warmup_iterations, learn_iterations)
+
+
+def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> Callable[[jax.Array], ScanResult]:
+    """A pure ``train(key) -> ScanResult``: all of training as one traced function.
+
+    env, env_params: a gymnax env (default ``envs.make_jax_env(config.env_id)``). Everything is
+    checked here, before tracing: a bad env id or a num_envs that does not divide
+    train_frequency fails with a message naming the field.
+    """
+    parts = make_parts(config, env, env_params)
+
+    def train(key: jax.Array) -> ScanResult:
+        carry_key, eval_key = jax.random.split(key)
+        carry = parts.init(carry_key)
+        carry, warmup_metrics = parts.iterate(carry, parts.warmup_iterations, False)
+        carry, learn_metrics = parts.iterate(carry, parts.learn_iterations, True)
         metrics = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), warmup_metrics, learn_metrics)
-        eval_returns = evaluate(carry.train_state.params, eval_key)
+        eval_returns = parts.evaluate(carry.train_state.params, eval_key)
         return ScanResult(carry.train_state, metrics, eval_returns)
 
     return train

@@ -1,0 +1,159 @@
+"""Synchronous data-parallel DQN across processes (the seed's Option B).
+
+Every device of every process runs the jitted DQN of ``labcore.agents.dqn_scan``: its own
+gymnax envs, its own replay buffer, its own exploration key. Each update averages the gradients
+over every device of the cluster (``lax.pmean`` inside ``jax.shard_map`` over the global mesh,
+crossing processes through gloo on the CPU), so the parameters stay bit-for-bit identical
+everywhere; this is checked with a fingerprint across processes every ``check_every`` chunks.
+Only process 0 writes metrics and checkpoints.
+
+    # in each worker (``python -m labcore launch ... -- train dqn --env CartPole-v1`` does this)
+    distributed.initialize()
+    result = dqn_distributed.train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), run_dir="runs/dp")
+
+Time is counted per device, as in the single-device DQN: ``total_steps`` agent steps on each
+device, so the cluster as a whole collects ``total_steps * device_count`` transitions and makes
+``learn_iterations`` updates, each on ``batch_size`` samples per device (an effective batch of
+``batch_size * device_count``).
+
+Seeds: device d explores with ``fold_in(key(seed), d)``; the parameters start from ``key(seed)``
+on every device. The same command with the same cluster shape gives the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from labcore import checkpoint, distributed
+from labcore.agents import dqn, dqn_scan
+from labcore.logging import MetricsLogger
+
+AXIS = distributed.AXIS
+
+
+class DistributedResult(NamedTuple):
+    config: dqn.DQNConfig
+    params: Any  # this process's copy (identical everywhere)
+    metrics: list[dict[str, Any]]  # one row per chunk (every process computes the same rows)
+    fingerprints: list[str]  # the parameters' fingerprint at every check
+    wall_time: float
+
+
+def _device_keys(seed: int, num_devices: int) -> np.ndarray:
+    """[num_devices, key_data] the raw data of fold_in(key(seed), d) for every global device d."""
+    base = jax.random.key(seed)
+    return np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(base, d))) for d in range(num_devices)])
+
+
+def _replicas(tree: Any) -> list[Any]:
+    """This process's copies of a tree whose leaves are stacked [device_count, ...] over the mesh."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    shards = [sorted(leaf.addressable_shards, key=lambda shard: shard.index[0].start) for leaf in leaves]
+    return [jax.tree_util.tree_unflatten(treedef, [np.asarray(s[i].data)[0] for s in shards]) for i in range(len(shards[0]))]
+
+
+def train(
+    config: dqn.DQNConfig,
+    run_dir: str | Path | None = None,
+    chunk_iterations: int = 100,
+    check_every: int = 1,
+    log: Any = print,
+) -> DistributedResult:
+    """Train on every device of the (already initialised) cluster; see the module docstring.
+
+    chunk_iterations: iterations (one update each) per compiled call; metrics are reported and
+    the replicas compared between chunks. check_every: compare parameters across processes every
+    this many chunks.
+    """
+    if chunk_iterations < 1 or check_every < 1:
+        raise ValueError(f"chunk_iterations and check_every must be >= 1, got {chunk_iterations}, {check_every}")
+    parts = dqn_scan.make_parts(config, axis_name=AXIS)
+    mesh = distributed.global_mesh()
+    num_devices = jax.device_count()
+    rank = jax.process_index()
+    spread = NamedSharding(mesh, P(AXIS))
+
+    def per_device(fn):
+        """Run fn on one device's slice of [num_devices, ...] stacked state."""
+
+        def body(*stacked):
+            outputs = fn(*jax.tree_util.tree_map(lambda x: x[0], stacked))
+            return jax.tree_util.tree_map(lambda x: x[None], outputs)
+
+        return body
+
+    def init_one(key_data):
+        key = jax.random.wrap_key_data(key_data)
+        return parts.init(key, params_key=jax.random.key(config.seed))  # same parameters everywhere
+
+    # check_vma=False: the carry's leaves differ per device, but the parameters inside are kept
+    # equal by the pmean'd update; the metrics below are psum'd / pmean'd and so replicated.
+    init_all = jax.jit(jax.shard_map(per_device(init_one), mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False))
+
+    def make_chunk(num_iterations: int, learn: bool):
+        def one_device(carry):
+            carry, metrics = parts.iterate(carry, num_iterations, learn)
+            summed = {k: jax.lax.psum(metrics[k], AXIS) for k in ("episodes", "episode_return_sum")}
+            return carry, {**metrics, **summed, "loss": jax.lax.pmean(metrics["loss"], AXIS)}
+
+        def body(stacked_carry):
+            carry, metrics = one_device(jax.tree_util.tree_map(lambda x: x[0], stacked_carry))
+            return jax.tree_util.tree_map(lambda x: x[None], carry), metrics
+
+        mapped = jax.shard_map(body, mesh=mesh, in_specs=P(AXIS), out_specs=(P(AXIS), P()), check_vma=False)
+        return jax.jit(mapped, donate_argnums=0)
+
+    logger = MetricsLogger(run_dir if rank == 0 else None)
+    keys = distributed.global_array(_device_keys(config.seed, num_devices), mesh, P(AXIS))
+    carry = init_all(keys)
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    fingerprints: list[str] = []
+    schedule = [(parts.warmup_iterations, False)]
+    remaining = parts.learn_iterations
+    while remaining > 0:
+        schedule.append((min(chunk_iterations, remaining), True))
+        remaining -= schedule[-1][0]
+    chunks: dict[tuple[int, bool], Any] = {}
+    for index, (num_iterations, learn) in enumerate(schedule):
+        if (num_iterations, learn) not in chunks:
+            chunks[num_iterations, learn] = make_chunk(num_iterations, learn)
+        carry, metrics = chunks[num_iterations, learn](carry)
+        metrics = {k: np.asarray(v) for k, v in metrics.items()}
+        episodes = int(metrics["episodes"].sum())
+        row = {
+            "step": int(metrics["step"][-1]) * num_devices,  # transitions collected by the cluster
+            "updates": int(sum(n for n, learning in schedule[: index + 1] if learning)),
+            "episodes": episodes,
+            "episode_return": float(metrics["episode_return_sum"].sum() / episodes) if episodes else None,
+            "loss": float(metrics["loss"][-1]) if learn else None,
+            "epsilon": float(metrics["epsilon"][-1]),
+            "seconds": time.perf_counter() - started,
+        }
+        if learn and index % check_every == 0:
+            replicas = _replicas(carry.train_state.params)
+            local = {distributed.fingerprint(replica) for replica in replicas}
+            if len(local) != 1:
+                raise AssertionError(f"process {rank}: its {len(replicas)} devices hold different parameters")
+            row["fingerprint"] = distributed.assert_same_on_every_process(replicas[0])
+            fingerprints.append(row["fingerprint"])
+        rows.append(logger.log(row) if rank == 0 else row)
+        if log is not None and rank == 0:
+            log(f"updates {row['updates']:>6}  steps {row['step']:>8}  return {row['episode_return'] or float('nan'):7.1f}  "
+                f"loss {row['loss'] if row['loss'] is not None else float('nan'):.4f}  {row.get('fingerprint', '')}")
+    params = _replicas(carry.train_state.params)[0]
+    if run_dir is not None:
+        # every process calls save (orbax coordinates them); only process 0 writes files
+        state = {"params": params, "target_params": _replicas(carry.train_state.target_params)[0]}
+        checkpoint.save(Path(run_dir) / "checkpoints", rows[-1]["updates"], state,
+                        {"config": dataclasses.asdict(config), "devices": num_devices, "processes": jax.process_count()})
+    return DistributedResult(config, params, rows, fingerprints, time.perf_counter() - started)
