@@ -172,8 +172,10 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
     config = _config_from(args)
     if jax.process_index() == 0:
         print(config)
-    result = dqn_distributed.train(config, run_dir=args.run_dir,
-                                   chunk_iterations=max(1, args.log_every // config.train_frequency))
+    chunk_iterations = max(1, args.log_every // config.train_frequency)
+    checkpoint_every = None if args.checkpoint_every is None else max(1, args.checkpoint_every // args.log_every)
+    result = dqn_distributed.train(config, run_dir=args.run_dir, chunk_iterations=chunk_iterations,
+                                   checkpoint_every=checkpoint_every, resume=args.resume)
     last = result.metrics[-1]
     print(json.dumps({"process": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count(),
                       "updates": last["updates"], "steps": last["step"], "wall_time_s": round(result.wall_time, 1),

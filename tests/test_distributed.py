@@ -107,12 +107,14 @@ def summaries(result):
 
 def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters(tmp_path):
     """2 processes x 2 devices, 1,900 updates: every chunk's parameters agree bit for bit across
-    processes (train raises otherwise), the policy improves, only process 0 writes, and the same
-    seed with a different chunking gives bit-for-bit the same final parameters."""
+    processes (train raises otherwise), the policy improves, only process 0 writes, a restart
+    resumes from the checkpoint, and the same seed with a different chunking gives bit-for-bit
+    the same final parameters."""
     import json
 
     run_dir = tmp_path / "dp"
-    first = distributed.launch([*DP_FLAGS, "--log-every", "2000", "--run-dir", str(run_dir)], 2, 2, timeout_s=300, stream=None)
+    first = distributed.launch([*DP_FLAGS, "--log-every", "2000", "--run-dir", str(run_dir), "--checkpoint-every", "8000"],
+                               2, 2, timeout_s=300, stream=None)
     assert first.returncode == 0, first.message + "\n" + "\n".join(first.output[0][-30:])
     a, b = summaries(first)
     assert (a["devices"], a["updates"], a["steps"]) == (4, 1900, 80_000)
@@ -121,7 +123,17 @@ def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters
     assert len(rows) == 1 + 10  # warm-up + 10 chunks of 190 or fewer updates, written once (process 0 only)
     assert all(row["fingerprint"] for row in rows[1:])
     assert max(row["episode_return"] for row in rows[-3:]) > 5 * rows[0]["episode_return"], rows
-    assert (run_dir / "checkpoints" / "1900").is_dir()
+    assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir()) == [1600, 1900]
+    # a restart resumes from the checkpoint at 1,600 updates and finishes the remaining 300
+    import shutil
+
+    shutil.rmtree(run_dir / "checkpoints" / "1900")
+    resumed = distributed.launch([*DP_FLAGS, "--log-every", "2000", "--run-dir", str(run_dir), "--resume"], 2, 2,
+                                 timeout_s=300, stream=None)
+    assert resumed.returncode == 0, resumed.message
+    c, d = summaries(resumed)
+    assert c["updates"] == 1900 and c["params_fingerprint"] == d["params_fingerprint"]
+    assert c["final_episode_return"] > 5 * rows[0]["episode_return"]  # it went on from a trained agent
     again = distributed.launch([*DP_FLAGS, "--log-every", "5000"], 2, 2, timeout_s=300, stream=None)
     assert again.returncode == 0, again.message
     assert summaries(again)[0]["params_fingerprint"] == a["params_fingerprint"]

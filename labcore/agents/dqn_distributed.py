@@ -66,16 +66,26 @@ def train(
     run_dir: str | Path | None = None,
     chunk_iterations: int = 100,
     check_every: int = 1,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
     log: Any = print,
 ) -> DistributedResult:
     """Train on every device of the (already initialised) cluster; see the module docstring.
 
     chunk_iterations: iterations (one update each) per compiled call; metrics are reported and
     the replicas compared between chunks. check_every: compare parameters across processes every
-    this many chunks.
+    this many chunks. checkpoint_every: also checkpoint every this many chunks (always at the end).
+    resume: continue from the newest checkpoint in run_dir: the learner state (parameters,
+    target, optimiser, update count and step) is restored exactly; the replay buffers, which stay
+    on their devices and are not checkpointed, are refilled with ``learning_starts`` fresh steps
+    before updates resume, so a resumed run is a close continuation, not a bit-for-bit replay.
     """
-    if chunk_iterations < 1 or check_every < 1:
-        raise ValueError(f"chunk_iterations and check_every must be >= 1, got {chunk_iterations}, {check_every}")
+    if chunk_iterations < 1 or check_every < 1 or (checkpoint_every is not None and checkpoint_every < 1):
+        raise ValueError(f"chunk_iterations, check_every and checkpoint_every must be >= 1, got "
+                         f"{chunk_iterations}, {check_every}, {checkpoint_every}")
+    checkpoints = None if run_dir is None else Path(run_dir) / "checkpoints"
+    if resume and (checkpoints is None or checkpoint.latest_step(checkpoints) is None):
+        raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
     parts = dqn_scan.make_parts(config, axis_name=AXIS)
     mesh = distributed.global_mesh()
     num_devices = jax.device_count()
@@ -115,24 +125,41 @@ def train(
     logger = MetricsLogger(run_dir if rank == 0 else None)
     keys = distributed.global_array(_device_keys(config.seed, num_devices), mesh, P(AXIS))
     carry = init_all(keys)
+    done_updates, resumed_step = 0, None
+    if resume:
+        metadata = checkpoint.restore_metadata(checkpoints)
+        if dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()}) != config:
+            raise ValueError("resume: the checkpoint was written with a different config")
+        learner, _ = checkpoint.restore(checkpoints, like={"train_state": _replicas(carry.train_state)[0], "step": np.int32(0)})
+        stacked = jax.tree_util.tree_map(
+            lambda leaf: distributed.global_array(np.broadcast_to(np.asarray(leaf)[None], (num_devices, *np.shape(leaf))), mesh, P(AXIS)),
+            learner["train_state"],
+        )
+        done_updates, resumed_step = int(metadata["updates"]), int(learner["step"])
+        # the refill explores at the epsilon where the run stopped
+        carry = carry._replace(train_state=stacked, step=distributed.global_array(np.full(num_devices, resumed_step, np.int32), mesh, P(AXIS)))
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     fingerprints: list[str] = []
-    schedule = [(parts.warmup_iterations, False)]
-    remaining = parts.learn_iterations
+    schedule = [(parts.warmup_iterations, False)]  # also the refill of a resumed run
+    remaining = parts.learn_iterations - done_updates
     while remaining > 0:
         schedule.append((min(chunk_iterations, remaining), True))
         remaining -= schedule[-1][0]
     chunks: dict[tuple[int, bool], Any] = {}
+    updates = done_updates
     for index, (num_iterations, learn) in enumerate(schedule):
         if (num_iterations, learn) not in chunks:
             chunks[num_iterations, learn] = make_chunk(num_iterations, learn)
         carry, metrics = chunks[num_iterations, learn](carry)
+        if not learn and resumed_step is not None:  # refilled: continue the step count where it stopped
+            carry = carry._replace(step=distributed.global_array(np.full(num_devices, resumed_step, np.int32), mesh, P(AXIS)))
         metrics = {k: np.asarray(v) for k, v in metrics.items()}
+        updates += num_iterations if learn else 0
         episodes = int(metrics["episodes"].sum())
         row = {
-            "step": int(metrics["step"][-1]) * num_devices,  # transitions collected by the cluster
-            "updates": int(sum(n for n, learning in schedule[: index + 1] if learning)),
+            "step": (resumed_step if not learn and resumed_step is not None else int(metrics["step"][-1])) * num_devices,
+            "updates": updates,
             "episodes": episodes,
             "episode_return": float(metrics["episode_return_sum"].sum() / episodes) if episodes else None,
             "loss": float(metrics["loss"][-1]) if learn else None,
@@ -150,10 +177,16 @@ def train(
         if log is not None and rank == 0:
             log(f"updates {row['updates']:>6}  steps {row['step']:>8}  return {row['episode_return'] or float('nan'):7.1f}  "
                 f"loss {row['loss'] if row['loss'] is not None else float('nan'):.4f}  {row.get('fingerprint', '')}")
+        last = index == len(schedule) - 1
+        if checkpoints is not None and learn and (last or (checkpoint_every and index % checkpoint_every == 0)):
+            _save(checkpoints, config, carry, updates, num_devices)
     params = _replicas(carry.train_state.params)[0]
-    if run_dir is not None:
-        # every process calls save (orbax coordinates them); only process 0 writes files
-        state = {"params": params, "target_params": _replicas(carry.train_state.target_params)[0]}
-        checkpoint.save(Path(run_dir) / "checkpoints", rows[-1]["updates"], state,
-                        {"config": dataclasses.asdict(config), "devices": num_devices, "processes": jax.process_count()})
     return DistributedResult(config, params, rows, fingerprints, time.perf_counter() - started)
+
+
+def _save(directory: Path, config: dqn.DQNConfig, carry: Any, updates: int, num_devices: int) -> None:
+    """Every process calls this (orbax coordinates them; the primary process writes the files)."""
+    learner = {"train_state": _replicas(carry.train_state)[0], "step": np.int32(_replicas(carry.step)[0])}
+    metadata = {"config": dataclasses.asdict(config), "updates": updates, "devices": num_devices,
+                "processes": jax.process_count()}
+    checkpoint.save(directory, updates, learner, metadata)
