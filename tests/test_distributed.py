@@ -137,3 +137,46 @@ def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters
     again = distributed.launch([*DP_FLAGS, "--log-every", "5000"], 2, 2, timeout_s=300, stream=None)
     assert again.returncode == 0, again.message
     assert summaries(again)[0]["params_fingerprint"] == a["params_fingerprint"]
+
+
+def actor_learner_config(**overrides):
+    from labcore.agents import dqn
+
+    settings = dict(env_id="CartPole-v1", total_steps=40_000, learning_starts=1000, buffer_size=10_000, exploration_fraction=0.3)
+    settings.update(overrides)
+    return dqn.DQNConfig(**settings)
+
+
+def test_actor_learner_improves_the_policy_and_reports_throughput_and_staleness():
+    from labcore.agents import dqn_actor_learner
+
+    result = dqn_actor_learner.run(actor_learner_config(), num_actors=2, broadcast_every=10, log_every=500)
+    assert result.eval_returns.mean() > 60, result.eval_returns  # random play: about 22
+    assert result.actor_steps_per_second > 0 and result.learner_updates_per_second > 0
+    assert result.mean_staleness > 0  # actors always act with parameters some updates old
+    assert [row["updates"] for row in result.metrics][:3] == [500, 1000, 1500]
+
+
+def test_actor_learner_stops_with_a_clear_error_when_an_actor_dies():
+    import multiprocessing
+    import signal
+    import threading
+
+    from labcore.agents import dqn_actor_learner
+
+    def kill_one_actor():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            children = multiprocessing.active_children()
+            if len(children) == 2:
+                time.sleep(8.0)  # let them start acting
+                os.kill(children[0].pid, signal.SIGKILL)
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=kill_one_actor, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"actor \d died \(exit status -9\)"):
+        dqn_actor_learner.run(actor_learner_config(total_steps=10_000_000), num_actors=2, timeout_s=120)
+    assert time.monotonic() - started < 90
+    assert not multiprocessing.active_children()  # the other actor was stopped too
