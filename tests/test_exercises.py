@@ -165,6 +165,33 @@ def clipped_loss_clip_only(log_ratio, advantages, clip_eps):
     return -jnp.mean(jnp.clip(jnp.exp(log_ratio), 1 - clip_eps, 1 + clip_eps) * advantages)  # no min: not pessimistic
 
 
+def device_keys_right(seed, process_index, local_device_count):
+    first = process_index * local_device_count
+    return jnp.stack([jax.random.key_data(jax.random.fold_in(jax.random.key(seed), first + d)) for d in range(local_device_count)])
+
+
+def device_keys_local_index_only(seed, process_index, local_device_count):
+    # every process gets the same keys: its devices repeat the other processes' streams
+    return jnp.stack([jax.random.key_data(jax.random.fold_in(jax.random.key(seed), d)) for d in range(local_device_count)])
+
+
+def process_rows_right(global_batch, process_index, process_count):
+    n = global_batch // process_count
+    return jnp.arange(n) + process_index * n
+
+
+def process_rows_strided(global_batch, process_index, process_count):
+    return jnp.arange(process_index, global_batch, process_count)  # interleaved, not blocks
+
+
+def weighted_mean_right(shard_means, counts):
+    return jnp.einsum("p,pd->d", counts, shard_means) / jnp.sum(counts)
+
+
+def weighted_mean_unweighted(shard_means, counts):
+    return jnp.mean(shard_means, axis=0)
+
+
 RIGHT = {
     "stable_softmax": softmax_right,
     "set_diagonal": diagonal_right,
@@ -181,6 +208,9 @@ RIGHT = {
     "masked_log_prob_entropy": masked_policy_right,
     "gae": gae_right,
     "ppo_clipped_loss": clipped_loss_right,
+    "device_keys": device_keys_right,
+    "process_rows": process_rows_right,
+    "weighted_gradient_mean": weighted_mean_right,
 }
 WRONG = {
     "stable_softmax": softmax_naive,
@@ -198,6 +228,9 @@ WRONG = {
     "masked_log_prob_entropy": masked_policy_entropy_over_all_actions,
     "gae": gae_ignoring_dones,
     "ppo_clipped_loss": clipped_loss_clip_only,
+    "device_keys": device_keys_local_index_only,
+    "process_rows": process_rows_strided,
+    "weighted_gradient_mean": weighted_mean_unweighted,
 }
 
 
