@@ -1,0 +1,139 @@
+"""GFlowNet losses on HyperGrid trajectories, as pure JAX functions.
+
+The losses take the network's outputs, not the network, so the same functions serve the
+``hybrid`` trainer (a PyTorch policy's batch, a JAX gradient step) and the all-JAX one, and so
+they can be checked against the PyTorch reference (``labcore.torch_ref.gflownet``) on identical
+inputs.
+
+A batch of B trajectories, padded to T = ``grid.max_actions`` actions:
+
+    states       [B, T + 1, D] int32   s_0 = 0, ..., s_{L-1} = x, then x repeated
+    actions      [B, T] int32          a_0 ... a_{L-1}, where a_{L-1} = exit; exit after that
+    lengths      [B] int32             L, the number of actions including exit (1 <= L <= T)
+    log_rewards  [B] float32           log R(x)
+
+Network outputs, evaluated at every state of the batch:
+
+    forward_logits   [B, T + 1, D + 1]  P_F over "+1 on d" and exit (masked here)
+    backward_logits  [B, T + 1, D]      P_B over the parents "-1 on d" (masked here), or None:
+                                        P_B uniform over the parents
+    log_flows        [B, T + 1]         log F(s) (DB, SubTB) or log F~(s) (forward-looking)
+
+Conventions: the exit transition has log P_B = 0, and the "state after exit" has log F = log R(x),
+so that DB's last transition reads log F(x) + log P_F(exit | x) = log R(x). Every loss is a mean
+of squared residuals: over trajectories (TB, SubTB), over transitions (DB, FL) or over visited
+non-initial states (FM).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from labcore import losses
+from labcore.envs import hypergrid
+from labcore.envs.hypergrid import HyperGrid
+
+LOSSES = ("tb", "db", "fm", "fl", "subtb")
+
+
+class Trajectories(NamedTuple):
+    states: jax.Array  # [B, T + 1, D] int32
+    actions: jax.Array  # [B, T] int32
+    lengths: jax.Array  # [B] int32
+    log_rewards: jax.Array  # [B] float32
+
+
+def step_log_probs(
+    grid: HyperGrid, batch: Trajectories, forward_logits: jax.Array, backward_logits: jax.Array | None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(log P_F(a_t | s_t), log P_B(s_t | s_{t+1}), valid) for every step t: each [B, T].
+
+    valid[t] = t < L. log P_B is 0 at the exit step and at padding; with backward_logits None it
+    is log(1 / number of parents of s_{t+1}).
+    """
+    T = batch.actions.shape[1]
+    steps = jnp.arange(T)
+    valid = steps[None, :] < batch.lengths[:, None]
+    moves = valid & (steps[None, :] < batch.lengths[:, None] - 1)  # non-exit steps
+    current, following = batch.states[:, :-1], batch.states[:, 1:]
+    log_pf_all = losses.masked_log_probs(forward_logits[:, :-1], hypergrid.forward_mask(grid, current))
+    log_pf = jnp.take_along_axis(log_pf_all, batch.actions[..., None], axis=-1)[..., 0]
+    parents = hypergrid.backward_mask(grid, following)
+    if backward_logits is None:
+        log_pb = -jnp.log(jnp.maximum(jnp.sum(parents, axis=-1), 1).astype(jnp.float32))
+    else:
+        log_pb_all = losses.masked_log_probs(backward_logits[:, 1:], parents)
+        move_index = jnp.minimum(batch.actions, grid.ndim - 1)  # exit's index is unused (masked below)
+        log_pb = jnp.take_along_axis(log_pb_all, move_index[..., None], axis=-1)[..., 0]
+    return jnp.where(valid, log_pf, 0.0), jnp.where(moves, log_pb, 0.0), valid
+
+
+def trajectory_balance(grid, batch, forward_logits, backward_logits, log_z) -> jax.Array:
+    """TB: mean over trajectories of (log Z + sum log P_F - sum log P_B - log R(x))^2."""
+    log_pf, log_pb, _ = step_log_probs(grid, batch, forward_logits, backward_logits)
+    residual = log_z + log_pf.sum(-1) - log_pb.sum(-1) - batch.log_rewards
+    return jnp.mean(residual**2)
+
+
+def _flows_by_position(batch: Trajectories, log_flows: jax.Array) -> jax.Array:
+    """[B, T + 1]: log F(s_t) for t < L, and log R(x) at position L (the state after exit)."""
+    positions = jnp.arange(log_flows.shape[1])
+    return jnp.where(positions[None, :] == batch.lengths[:, None], batch.log_rewards[:, None], log_flows)
+
+
+def detailed_balance(grid, batch, forward_logits, backward_logits, log_flows) -> jax.Array:
+    """DB: mean over transitions of (log F(s) + log P_F(s'|s) - log F(s') - log P_B(s|s'))^2."""
+    log_pf, log_pb, valid = step_log_probs(grid, batch, forward_logits, backward_logits)
+    flows = _flows_by_position(batch, log_flows)
+    residual = flows[:, :-1] + log_pf - flows[:, 1:] - log_pb
+    return jnp.sum(jnp.where(valid, residual**2, 0.0)) / jnp.sum(valid)
+
+
+def forward_looking(grid, batch, forward_logits, backward_logits, log_flows_tilde) -> jax.Array:
+    """FL: DB with log F(s) = log F~(s) + log R(s) (R is defined on every HyperGrid state)."""
+    log_flows = log_flows_tilde + hypergrid.log_reward(grid, batch.states)
+    return detailed_balance(grid, batch, forward_logits, backward_logits, log_flows)
+
+
+def subtrajectory_balance(grid, batch, forward_logits, backward_logits, log_flows, lam: float = 0.9) -> jax.Array:
+    """SubTB(lambda): for every sub-trajectory s_i -> s_j (0 <= i < j <= L) the residual
+    log F(s_i) + sum_{i<=t<j} (log P_F - log P_B) - log F(s_j), squared, weighted by lambda^(j - i)
+    and normalised by the weights within each trajectory; mean over trajectories."""
+    log_pf, log_pb, _ = step_log_probs(grid, batch, forward_logits, backward_logits)
+    flows = _flows_by_position(batch, log_flows)  # [B, T + 1]
+    zero = jnp.zeros_like(log_pf[:, :1])
+    cumulative = jnp.concatenate([zero, jnp.cumsum(log_pf - log_pb, axis=-1)], axis=-1)  # [B, T + 1]
+    residual = flows[:, :, None] + cumulative[:, None, :] - cumulative[:, :, None] - flows[:, None, :]  # [B, i, j]
+    positions = jnp.arange(flows.shape[1])
+    i, j = positions[:, None], positions[None, :]
+    pairs = (i < j)[None] & (j[None] <= batch.lengths[:, None, None])
+    weights = jnp.where(pairs, lam ** (j - i).astype(jnp.float32), 0.0)
+    per_trajectory = jnp.sum(weights * residual**2, axis=(1, 2)) / jnp.sum(weights, axis=(1, 2))
+    return jnp.mean(per_trajectory)
+
+
+def parent_states(grid: HyperGrid, states: jax.Array) -> jax.Array:
+    """[..., D] -> [..., D, D]: the state minus e_d for each d (clipped at 0; use backward_mask)."""
+    return jnp.maximum(states[..., None, :] - jnp.eye(grid.ndim, dtype=states.dtype), 0)
+
+
+def flow_matching(grid, batch, edge_log_flows, parent_edge_log_flows) -> jax.Array:
+    """FM: for every visited state s other than s_0, (log sum of inflows - log sum of outflows)^2.
+
+    edge_log_flows [B, T + 1, D + 1]: log F(s -> s + e_d) at each state (the exit entry is unused:
+    the exit edge's flow is R(s)); parent_edge_log_flows [B, T + 1, D]: log F(s - e_d -> s), the
+    network's output at each parent for the move into s. Mean over the visited states
+    s_1 ... s_{L-1}.
+    """
+    states = batch.states
+    inflow = jax.nn.logsumexp(jnp.where(hypergrid.backward_mask(grid, states), parent_edge_log_flows, -jnp.inf), axis=-1)
+    moves = hypergrid.forward_mask(grid, states)[..., :-1]
+    outgoing = jnp.concatenate([jnp.where(moves, edge_log_flows[..., :-1], -jnp.inf), hypergrid.log_reward(grid, states)[..., None]], -1)
+    outflow = jax.nn.logsumexp(outgoing, axis=-1)
+    positions = jnp.arange(states.shape[1])
+    visited = (positions[None, :] >= 1) & (positions[None, :] < batch.lengths[:, None])
+    residual = jnp.where(visited, inflow - outflow, 0.0)
+    return jnp.sum(residual**2) / jnp.maximum(jnp.sum(visited), 1)

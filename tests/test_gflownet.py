@@ -1,0 +1,166 @@
+"""HyperGrid and the GFlowNet losses: JAX against the PyTorch reference, values and gradients."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from labcore.agents import gflownet
+from labcore.envs import hypergrid
+from labcore.torch_ref import gflownet as ref
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def test_reward_and_target_distribution_by_hand():
+    grid = hypergrid.HyperGrid(ndim=2, height=8)
+    # a_d = |x_d / 7 - 0.5|: x in {0, 1, 6, 7} is on the plateau (a > 0.25), x in {1, 6} in the peak band
+    rewards = {(1, 1): 2.6, (6, 1): 2.6, (0, 0): 0.6, (0, 7): 0.6, (1, 0): 0.6, (3, 3): 0.1, (0, 3): 0.1, (1, 2): 0.1}
+    for x, expected in rewards.items():
+        assert float(hypergrid.reward(grid, jnp.array(x))) == pytest.approx(expected)
+    p = hypergrid.target_distribution(grid)
+    total = 64 * 0.1 + 16 * 0.5 + 4 * 2.0  # floor everywhere, 16 plateau states, 4 peak states
+    assert p.sum() == pytest.approx(1.0)
+    assert p[int(hypergrid.state_index(grid, jnp.array([1, 1])))] == pytest.approx(2.6 / total)
+    np.testing.assert_allclose(ref.HyperGridEnv(2, 8).reward(hypergrid.all_states(grid)),
+                               np.asarray(hypergrid.reward(grid, jnp.asarray(hypergrid.all_states(grid)))), rtol=1e-6)
+
+
+def test_masks_steps_and_indices():
+    grid = hypergrid.HyperGrid(ndim=3, height=4)
+    state = jnp.array([3, 0, 2])
+    assert hypergrid.forward_mask(grid, state).tolist() == [False, True, True, True]
+    assert hypergrid.backward_mask(grid, state).tolist() == [True, False, True]
+    assert hypergrid.step(grid, state, jnp.int32(1)).tolist() == [3, 1, 2]
+    assert hypergrid.step(grid, state, jnp.int32(grid.exit_action)).tolist() == [3, 0, 2]
+    states = hypergrid.all_states(grid)
+    assert states.shape == (64, 3)
+    np.testing.assert_array_equal(np.asarray(hypergrid.state_index(grid, jnp.asarray(states))), np.arange(64))
+    assert grid.max_actions == 10
+    with pytest.raises(ValueError, match="HyperGrid.height must be"):
+        hypergrid.HyperGrid(ndim=2, height=1)
+
+
+def test_distribution_metrics():
+    p = np.array([0.5, 0.5, 0.0, 0.0])
+    q = np.array([0.0, 0.0, 0.5, 0.5])
+    assert hypergrid.l1_distance(p, p) == 0.0 and hypergrid.l1_distance(p, q) == pytest.approx(2.0)
+    assert hypergrid.jensen_shannon(p, q) == pytest.approx(np.log(2))
+    grid = hypergrid.HyperGrid(2, 4)
+    samples = np.array([[0, 0], [0, 0], [3, 3], [1, 2]])
+    empirical = hypergrid.empirical_distribution(grid, samples)
+    assert empirical[0] == 0.5 and empirical[15] == 0.25 and empirical[6] == 0.25
+
+
+def random_batch(grid, batch_size, rng):
+    """Trajectories of a random policy (exit with probability 0.15), padded as gflownet expects."""
+    env = ref.HyperGridEnv(grid.ndim, grid.height)
+    T = grid.max_actions
+    states = np.zeros((batch_size, T + 1, grid.ndim), np.int32)
+    actions = np.full((batch_size, T), grid.exit_action, np.int32)
+    lengths = np.zeros(batch_size, np.int32)
+    for b in range(batch_size):
+        s = np.zeros(grid.ndim, np.int32)
+        for t in range(T):
+            legal = np.flatnonzero(env.forward_mask(s)[:-1])
+            a = grid.exit_action if (len(legal) == 0 or rng.random() < 0.15) else int(rng.choice(legal))
+            actions[b, t] = a
+            if a == grid.exit_action:
+                lengths[b] = t + 1
+                states[b, t + 1 :] = s
+                break
+            s = s.copy()
+            s[a] += 1
+            states[b, t + 1] = s
+    log_rewards = np.log(env.reward(states[np.arange(batch_size), lengths - 1])).astype(np.float32)
+    return gflownet.Trajectories(jnp.asarray(states), jnp.asarray(actions), jnp.asarray(lengths), jnp.asarray(log_rewards))
+
+
+def torch_batch(batch):
+    return {name: torch.as_tensor(np.array(getattr(batch, name))) for name in ("states", "actions", "lengths", "log_rewards")}
+
+
+def leaf(x):
+    return torch.tensor(np.array(x), requires_grad=True)
+
+
+@pytest.mark.parametrize("ndim,height", [(2, 8), (4, 4)])
+@pytest.mark.parametrize("uniform_backward", [False, True])
+@pytest.mark.parametrize("loss", ["tb", "db", "fl", "subtb"])
+def test_losses_and_gradients_match_pytorch(loss, uniform_backward, ndim, height):
+    grid = hypergrid.HyperGrid(ndim, height)
+    rng = np.random.default_rng(hash((loss, uniform_backward, ndim)) % 2**32)
+    batch = random_batch(grid, 16, rng)
+    B, T1 = batch.states.shape[:2]
+    forward_logits = rng.normal(size=(B, T1, grid.num_actions)).astype(np.float32)
+    backward_logits = None if uniform_backward else rng.normal(size=(B, T1, ndim)).astype(np.float32)
+    extra = np.float32(rng.normal()) if loss == "tb" else rng.normal(size=(B, T1)).astype(np.float32)
+    jax_fn = {"tb": gflownet.trajectory_balance, "db": gflownet.detailed_balance, "fl": gflownet.forward_looking,
+              "subtb": gflownet.subtrajectory_balance}[loss]
+    torch_fn = {"tb": ref.tb_loss, "db": ref.db_loss, "fl": ref.fl_loss, "subtb": ref.subtb_loss}[loss]
+
+    args = (forward_logits, backward_logits, extra)
+    argnums = (0, 2) if uniform_backward else (0, 1, 2)
+    value, grads = jax.value_and_grad(lambda f, bw, e: jax_fn(grid, batch, f, bw, e), argnums=argnums)(*args)
+
+    t_forward, t_extra = leaf(forward_logits), leaf(extra)
+    t_backward = None if uniform_backward else leaf(backward_logits)
+    t_value = torch_fn(ref.HyperGridEnv(ndim, height), torch_batch(batch), t_forward, t_backward, t_extra)
+    t_value.backward()
+    np.testing.assert_allclose(float(value), t_value.item(), rtol=1e-5, atol=1e-5)
+    t_grads = [t_forward.grad, t_extra.grad] if uniform_backward else [t_forward.grad, t_backward.grad, t_extra.grad]
+    for g, tg in zip(grads, t_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(g), tg.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ndim,height", [(2, 8), (4, 4)])
+def test_flow_matching_and_gradients_match_pytorch(ndim, height):
+    grid = hypergrid.HyperGrid(ndim, height)
+    rng = np.random.default_rng(ndim)
+    batch = random_batch(grid, 16, rng)
+    B, T1 = batch.states.shape[:2]
+    edge = rng.normal(size=(B, T1, grid.num_actions)).astype(np.float32)
+    parent_edge = rng.normal(size=(B, T1, ndim)).astype(np.float32)
+    value, grads = jax.value_and_grad(lambda e, p: gflownet.flow_matching(grid, batch, e, p), argnums=(0, 1))(edge, parent_edge)
+    t_edge, t_parent = leaf(edge), leaf(parent_edge)
+    t_value = ref.fm_loss(ref.HyperGridEnv(ndim, height), torch_batch(batch), t_edge, t_parent)
+    t_value.backward()
+    np.testing.assert_allclose(float(value), t_value.item(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads[0]), t_edge.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads[1]), t_parent.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_balance_losses_vanish_on_an_exact_flow():
+    """A flow built from the true distribution makes TB, DB and SubTB exactly zero: the losses
+    measure what they claim (not only agree with each other)."""
+    grid = hypergrid.HyperGrid(2, 3)
+    batch = random_batch(grid, 8, np.random.default_rng(0))
+    # Uniform P_B, and the P_F / F that balance it: F(s) = sum of R over the states reachable
+    # from s weighted by the number of paths, computed by dynamic programming from the top.
+    states = hypergrid.all_states(grid)
+    rewards = np.asarray(hypergrid.reward(grid, jnp.asarray(states)), np.float64)
+    index = {tuple(s): i for i, s in enumerate(states)}
+    flow = np.zeros(len(states))
+    edge = np.zeros((len(states), grid.num_actions))
+    for s in sorted(states.tolist(), key=sum, reverse=True):
+        i = index[tuple(s)]
+        edge[i, grid.exit_action] = rewards[i]
+        for d in range(grid.ndim):
+            if s[d] < grid.height - 1:
+                child = list(s)
+                child[d] += 1
+                j = index[tuple(child)]
+                parents_of_child = sum(1 for c in child if c > 0)
+                edge[i, d] = flow[j] / parents_of_child  # uniform P_B: the child's flow splits equally
+        flow[i] = edge[i].sum()
+    with np.errstate(divide="ignore"):
+        logits = np.log(edge)  # P_F(a | s) = F(s -> s') / F(s); impossible moves get -inf (masked anyway)
+    logits = np.where(np.isfinite(logits), logits, 0.0)
+    at = lambda table: jnp.asarray(table[np.asarray(hypergrid.state_index(grid, batch.states))], jnp.float32)  # noqa: E731
+    forward_logits, log_flows = at(logits), at(np.log(flow))
+    assert float(gflownet.trajectory_balance(grid, batch, forward_logits, None, jnp.float32(np.log(flow[0])))) < 1e-9
+    assert float(gflownet.detailed_balance(grid, batch, forward_logits, None, log_flows)) < 1e-9
+    assert float(gflownet.subtrajectory_balance(grid, batch, forward_logits, None, log_flows)) < 1e-9
+    # ...and a wrong log Z does not
+    assert float(gflownet.trajectory_balance(grid, batch, forward_logits, None, jnp.float32(np.log(flow[0]) + 0.5))) > 0.2
