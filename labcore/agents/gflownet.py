@@ -27,7 +27,9 @@ non-initial states (FM).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +39,50 @@ from labcore.envs import hypergrid
 from labcore.envs.hypergrid import HyperGrid
 
 LOSSES = ("tb", "db", "fm", "fl", "subtb")
+TRAINERS = ("torch", "hybrid", "jax")
+
+
+@dataclasses.dataclass(frozen=True)
+class GFlowNetConfig:
+    """Every GFlowNet setting, validated on construction; shared by the three trainers."""
+
+    ndim: int = 2
+    height: int = 8
+    loss: str = "tb"  # one of LOSSES
+    trainer: str = "torch"  # one of TRAINERS
+    batch_size: int = 16  # trajectories per iteration
+    iterations: int = 2_000
+    learning_rate: float = 1e-3
+    log_z_learning_rate: float = 1e-1  # logZ learns faster than the networks (TB)
+    hidden_size: int = 256
+    num_layers: int = 2
+    uniform_backward: bool = False  # True: P_B uniform over parents; False: learned
+    exploration_epsilon: float = 0.0  # probability of a uniformly random legal action while sampling
+    subtb_lambda: float = 0.9
+    l1_samples: int = 20_000  # the L1 metric uses the last this many sampled terminal states
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def require(ok: bool, field: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"GFlowNetConfig.{field} must be {allowed}, got {getattr(self, field)!r}")
+
+        for field in ("ndim", "batch_size", "iterations", "hidden_size", "num_layers", "l1_samples"):
+            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an integer >= 1")
+        require(isinstance(self.height, int) and self.height >= 2, "height", "an integer >= 2")
+        require(self.loss in LOSSES, "loss", f"one of {LOSSES}")
+        require(self.trainer in TRAINERS, "trainer", f"one of {TRAINERS}")
+        for field in ("learning_rate", "log_z_learning_rate"):
+            require(math.isfinite(getattr(self, field)) and getattr(self, field) > 0, field, "> 0")
+        require(0.0 <= self.exploration_epsilon <= 1.0, "exploration_epsilon", "in [0, 1]")
+        require(0.0 < self.subtb_lambda <= 1.0, "subtb_lambda", "in (0, 1]")
+
+    @property
+    def grid(self) -> HyperGrid:
+        return HyperGrid(self.ndim, self.height)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class Trajectories(NamedTuple):

@@ -126,3 +126,199 @@ def fm_loss(env, batch, edge_log_flows, parent_edge_log_flows):
             outgoing = torch.cat([edge_log_flows[b, t, :-1][torch.as_tensor(moves)], exit_flow[None]])
             squares.append((inflow - torch.logsumexp(outgoing, dim=0)) ** 2)
     return torch.stack(squares).mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# The same losses batched, as a PyTorch user would write them for speed: what the trainer uses.
+# tests/test_gflownet.py checks them against the loops above.
+
+
+def batched_step_log_probs(env: HyperGridEnv, batch: dict, forward_logits, backward_logits):
+    """(log P_F, log P_B, valid), each [B, T], with the conventions of the loops above."""
+    states, actions, lengths = batch["states"], batch["actions"].long(), batch["lengths"].long()
+    T = actions.shape[1]
+    steps = torch.arange(T)
+    valid = steps[None, :] < lengths[:, None]
+    moves = steps[None, :] < lengths[:, None] - 1
+    forward_mask = torch.as_tensor(env.forward_mask(states[:, :-1].numpy()))
+    log_pf = _masked_log_softmax(forward_logits[:, :-1], forward_mask).gather(-1, actions[..., None])[..., 0]
+    parents = torch.as_tensor(env.backward_mask(states[:, 1:].numpy()))
+    if backward_logits is None:
+        log_pb = -torch.log(parents.sum(-1).clamp(min=1).to(forward_logits.dtype))
+    else:
+        index = actions.clamp(max=env.ndim - 1)[..., None]
+        log_pb = _masked_log_softmax(backward_logits[:, 1:], parents).gather(-1, index)[..., 0]
+    zero = torch.zeros((), dtype=forward_logits.dtype)
+    return torch.where(valid, log_pf, zero), torch.where(moves, log_pb, zero), valid
+
+
+def _flows_by_position(batch: dict, log_flows):
+    positions = torch.arange(log_flows.shape[1])
+    at_end = positions[None, :] == batch["lengths"].long()[:, None]
+    return torch.where(at_end, batch["log_rewards"][:, None].to(log_flows.dtype), log_flows)
+
+
+def batched_tb_loss(env, batch, forward_logits, backward_logits, log_z):
+    log_pf, log_pb, _ = batched_step_log_probs(env, batch, forward_logits, backward_logits)
+    return (log_z + log_pf.sum(-1) - log_pb.sum(-1) - batch["log_rewards"]).pow(2).mean()
+
+
+def batched_db_loss(env, batch, forward_logits, backward_logits, log_flows):
+    log_pf, log_pb, valid = batched_step_log_probs(env, batch, forward_logits, backward_logits)
+    flows = _flows_by_position(batch, log_flows)
+    residual = flows[:, :-1] + log_pf - flows[:, 1:] - log_pb
+    return (residual.pow(2) * valid).sum() / valid.sum()
+
+
+def batched_fl_loss(env, batch, forward_logits, backward_logits, log_flows_tilde):
+    log_r = torch.as_tensor(np.log(env.reward(batch["states"].numpy())), dtype=log_flows_tilde.dtype)
+    return batched_db_loss(env, batch, forward_logits, backward_logits, log_flows_tilde + log_r)
+
+
+def batched_subtb_loss(env, batch, forward_logits, backward_logits, log_flows, lam: float = 0.9):
+    log_pf, log_pb, _ = batched_step_log_probs(env, batch, forward_logits, backward_logits)
+    flows = _flows_by_position(batch, log_flows)
+    cumulative = torch.cat([torch.zeros_like(log_pf[:, :1]), torch.cumsum(log_pf - log_pb, -1)], -1)
+    residual = flows[:, :, None] + cumulative[:, None, :] - cumulative[:, :, None] - flows[:, None, :]
+    positions = torch.arange(flows.shape[1])
+    i, j = positions[:, None], positions[None, :]
+    pairs = (i < j)[None] & (j[None] <= batch["lengths"].long()[:, None, None])
+    weights = torch.where(pairs, torch.tensor(lam, dtype=log_pf.dtype) ** (j - i).to(log_pf.dtype), torch.zeros((), dtype=log_pf.dtype))
+    return ((weights * residual.pow(2)).sum((1, 2)) / weights.sum((1, 2))).mean()
+
+
+def batched_fm_loss(env, batch, edge_log_flows, parent_edge_log_flows):
+    states = batch["states"]
+    parents = torch.as_tensor(env.backward_mask(states.numpy()))
+    inflow = torch.logsumexp(parent_edge_log_flows.masked_fill(~parents, -torch.inf), -1)
+    moves = torch.as_tensor(env.forward_mask(states.numpy()))[..., :-1]
+    exit_flow = torch.as_tensor(np.log(env.reward(states.numpy())), dtype=edge_log_flows.dtype)
+    outflow = torch.logsumexp(torch.cat([edge_log_flows[..., :-1].masked_fill(~moves, -torch.inf), exit_flow[..., None]], -1), -1)
+    positions = torch.arange(states.shape[1])
+    visited = (positions[None, :] >= 1) & (positions[None, :] < batch["lengths"].long()[:, None])
+    residual = torch.where(visited, inflow - outflow, torch.zeros((), dtype=inflow.dtype))
+    return residual.pow(2).sum() / visited.sum().clamp(min=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The agent and its all-PyTorch trainer.
+
+
+def encode(states: torch.Tensor, height: int) -> torch.Tensor:
+    """One-hot per coordinate: [..., D] int -> [..., D * H] float32."""
+    return torch.nn.functional.one_hot(states.long(), height).flatten(-2).float()
+
+
+def mlp(inputs: int, hidden: int, layers: int, outputs: int) -> torch.nn.Sequential:
+    modules, width = [], inputs
+    for _ in range(layers):
+        modules += [torch.nn.Linear(width, hidden), torch.nn.LeakyReLU()]
+        width = hidden
+    modules.append(torch.nn.Linear(width, outputs))
+    return torch.nn.Sequential(*modules)
+
+
+class GFlowNetAgent(torch.nn.Module):
+    """Forward policy (D + 1 logits), backward policy (D logits), state flow (1), and log Z."""
+
+    def __init__(self, ndim: int, height: int, hidden_size: int = 256, num_layers: int = 2):
+        super().__init__()
+        self.ndim, self.height = ndim, height
+        self.forward_policy = mlp(ndim * height, hidden_size, num_layers, ndim + 1)
+        self.backward_policy = mlp(ndim * height, hidden_size, num_layers, ndim)
+        self.state_flow = mlp(ndim * height, hidden_size, num_layers, 1)
+        self.log_z = torch.nn.Parameter(torch.zeros(()))
+
+    def outputs(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """states [..., D] -> forward logits [..., D + 1], backward logits [..., D], log flow [...]."""
+        x = encode(states, self.height)
+        return self.forward_policy(x), self.backward_policy(x), self.state_flow(x)[..., 0]
+
+
+@torch.no_grad()
+def sample(agent: GFlowNetAgent, env: HyperGridEnv, batch_size: int, epsilon: float, generator: torch.Generator) -> dict:
+    """Trajectories from the forward policy (epsilon: share of uniformly random legal actions),
+    padded to env.max_actions as labcore.agents.gflownet expects."""
+    T, D = env.max_actions, env.ndim
+    states = torch.zeros(batch_size, T + 1, D, dtype=torch.int32)
+    actions = torch.full((batch_size, T), D, dtype=torch.int32)
+    lengths = torch.zeros(batch_size, dtype=torch.int32)
+    current = torch.zeros(batch_size, D, dtype=torch.int32)
+    done = torch.zeros(batch_size, dtype=torch.bool)
+    for t in range(T):
+        mask = torch.as_tensor(env.forward_mask(current.numpy()))
+        logits, _, _ = agent.outputs(current)
+        probs = torch.softmax(logits.masked_fill(~mask, -1e9), dim=-1)
+        uniform = mask.float() / mask.float().sum(-1, keepdim=True)
+        probs = (1 - epsilon) * probs + epsilon * uniform
+        action = torch.multinomial(probs, 1, generator=generator)[:, 0].to(torch.int32)
+        action = torch.where(done, torch.full_like(action, D), action)
+        actions[:, t] = action
+        exiting = (action == D) & ~done
+        lengths[exiting] = t + 1
+        moving = (action < D) & ~done
+        current = current.clone()
+        current[moving, action[moving].long()] += 1
+        states[:, t + 1] = current
+        done = done | exiting
+        if bool(done.all()):
+            states[:, t + 2 :] = current[:, None]
+            break
+    terminal = states[torch.arange(batch_size), lengths.long() - 1]
+    log_rewards = torch.as_tensor(np.log(env.reward(terminal.numpy())), dtype=torch.float32)
+    return {"states": states, "actions": actions, "lengths": lengths, "log_rewards": log_rewards}
+
+
+def loss_of(agent: GFlowNetAgent, env: HyperGridEnv, batch: dict, loss: str, uniform_backward: bool, lam: float = 0.9):
+    """The configured loss of ``batch`` under ``agent`` (batched implementations)."""
+    forward_logits, backward_logits, log_flows = agent.outputs(batch["states"])
+    backward = None if uniform_backward else backward_logits
+    if loss == "tb":
+        return batched_tb_loss(env, batch, forward_logits, backward, agent.log_z)
+    if loss == "db":
+        return batched_db_loss(env, batch, forward_logits, backward, log_flows)
+    if loss == "fl":
+        return batched_fl_loss(env, batch, forward_logits, backward, log_flows)
+    if loss == "subtb":
+        return batched_subtb_loss(env, batch, forward_logits, backward, log_flows, lam)
+    if loss == "fm":  # the forward head's move logits are the log edge flows
+        parents = torch.clamp(batch["states"][..., None, :] - torch.eye(env.ndim, dtype=torch.int32), min=0)
+        parent_logits, _, _ = agent.outputs(parents)  # [B, T + 1, D (parent d), D + 1]
+        parent_edges = torch.diagonal(parent_logits[..., : env.ndim], dim1=-2, dim2=-1)  # move d from parent d
+        return batched_fm_loss(env, batch, forward_logits, parent_edges)
+    raise ValueError(f"unknown loss {loss!r}")
+
+
+def make_optimizer(agent: GFlowNetAgent, learning_rate: float, log_z_learning_rate: float) -> torch.optim.Adam:
+    networks = [p for name, p in agent.named_parameters() if name != "log_z"]
+    return torch.optim.Adam([{"params": networks, "lr": learning_rate}, {"params": [agent.log_z], "lr": log_z_learning_rate}])
+
+
+def train(config, log_every: int = 100) -> dict:
+    """The all-PyTorch trainer for a ``labcore.agents.gflownet.GFlowNetConfig``.
+
+    Returns {"losses": [iterations], "l1": [(iteration, L1 of the last l1_samples terminal states)],
+    "agent": the trained agent}.
+    """
+    from labcore.envs import hypergrid
+
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    env = HyperGridEnv(config.ndim, config.height)
+    agent = GFlowNetAgent(config.ndim, config.height, config.hidden_size, config.num_layers)
+    optimizer = make_optimizer(agent, config.learning_rate, config.log_z_learning_rate)
+    target = hypergrid.target_distribution(config.grid)
+    recent: list[np.ndarray] = []
+    losses, l1 = [], []
+    for iteration in range(1, config.iterations + 1):
+        batch = sample(agent, env, config.batch_size, config.exploration_epsilon, generator)
+        loss = loss_of(agent, env, batch, config.loss, config.uniform_backward, config.subtb_lambda)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        recent.append(batch["states"][torch.arange(config.batch_size), batch["lengths"].long() - 1].numpy())
+        if iteration % log_every == 0 or iteration == config.iterations:
+            terminal = np.concatenate(recent)[-config.l1_samples :]
+            l1.append((iteration, hypergrid.l1_distance(hypergrid.empirical_distribution(config.grid, terminal), target)))
+    return {"losses": losses, "l1": l1, "agent": agent}
