@@ -102,8 +102,8 @@ def train(
         return body
 
     def init_one(key_data):
-        key = jax.random.wrap_key_data(key_data)
-        return parts.init(key, params_key=jax.random.key(config.seed))  # same parameters everywhere
+        reset_key, loop_key = jax.random.split(jax.random.wrap_key_data(key_data))
+        return parts.init(jax.random.key(config.seed), reset_key, loop_key)  # same parameters everywhere
 
     # check_vma=False: the carry's leaves differ per device, but the parameters inside are kept
     # equal by the pmean'd update; the metrics below are psum'd / pmean'd and so replicated.

@@ -77,7 +77,7 @@ class ScanParts(NamedTuple):
     """The pieces ``make_train`` is built from, for callers that drive the iterations themselves
     (``labcore.agents.dqn_distributed`` runs them on every device of a cluster)."""
 
-    init: Callable[..., _Carry]  # (key, params_key=None) -> carry; params from params_key if given
+    init: Callable[[jax.Array, jax.Array, jax.Array], _Carry]  # (params_key, reset_key, loop_key) -> carry
     iterate: Callable[[_Carry, int, bool], tuple[_Carry, dict[str, jax.Array]]]  # (carry, n, learn)
     evaluate: Callable[[Any, jax.Array], jax.Array]  # (params, key) -> [eval_episodes] returns
     warmup_iterations: int
@@ -164,10 +164,9 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         """``num_iterations`` iterations (static) with or without updates; metrics [num_iterations]."""
         return jax.lax.scan(lambda c, _: iteration(c, learn), carry, None, length=num_iterations)
 
-    def init(key: jax.Array, params_key: jax.Array | None = None) -> _Carry:
-        init_key, reset_key, loop_key = jax.random.split(key, 3)
+    def init(params_key: jax.Array, reset_key: jax.Array, loop_key: jax.Array) -> _Carry:
+        """Fresh parameters (from params_key), envs (reset_key), an empty buffer, the loop's key."""
         obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
-        params_key = init_key if params_key is None else params_key
         train_state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, jnp.float32), params_key)
         example = dqn.Transition(
             obs=jnp.zeros(obs_shape, obs.dtype),
@@ -199,8 +198,8 @@ def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -
     parts = make_parts(config, env, env_params)
 
     def train(key: jax.Array) -> ScanResult:
-        carry_key, eval_key = jax.random.split(key)
-        carry = parts.init(carry_key)
+        init_key, reset_key, eval_key, loop_key = jax.random.split(key, 4)
+        carry = parts.init(init_key, reset_key, loop_key)
         carry, warmup_metrics = parts.iterate(carry, parts.warmup_iterations, False)
         carry, learn_metrics = parts.iterate(carry, parts.learn_iterations, True)
         metrics = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), warmup_metrics, learn_metrics)
