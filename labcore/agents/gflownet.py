@@ -39,7 +39,7 @@ from labcore.envs import hypergrid
 from labcore.envs.hypergrid import HyperGrid
 
 LOSSES = ("tb", "db", "fm", "fl", "subtb")
-TRAINERS = ("torch", "hybrid", "jax")
+TRAINERS = ("torch", "hybrid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,3 +183,57 @@ def flow_matching(grid, batch, edge_log_flows, parent_edge_log_flows) -> jax.Arr
     visited = (positions[None, :] >= 1) & (positions[None, :] < batch.lengths[:, None])
     residual = jnp.where(visited, inflow - outflow, 0.0)
     return jnp.sum(residual**2) / jnp.maximum(jnp.sum(visited), 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The policy in JAX: the same MLPs as the PyTorch agent (labcore.torch_ref.gflownet), as plain
+# pytrees of arrays, so parameters can be copied between the two exactly.
+#
+# params = {"forward_policy": [{"w": [in, out], "b": [out]}, ...], "backward_policy": [...],
+#           "state_flow": [...], "log_z": []}
+
+
+def encode(grid: HyperGrid, states: jax.Array) -> jax.Array:
+    """One-hot per coordinate: [..., D] int -> [..., D * H] float32 (as the PyTorch agent)."""
+    return jax.nn.one_hot(states, grid.height, dtype=jnp.float32).reshape(*states.shape[:-1], grid.ndim * grid.height)
+
+
+def mlp_apply(layers: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
+    """Linear layers with LeakyReLU(0.01) between them (torch.nn.LeakyReLU's default slope)."""
+    for layer in layers[:-1]:
+        x = jax.nn.leaky_relu(x @ layer["w"] + layer["b"], negative_slope=0.01)
+    return x @ layers[-1]["w"] + layers[-1]["b"]
+
+
+def outputs(grid: HyperGrid, params: dict[str, Any], states: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """states [..., D] -> forward logits [..., D + 1], backward logits [..., D], log flow [...]."""
+    x = encode(grid, states)
+    return mlp_apply(params["forward_policy"], x), mlp_apply(params["backward_policy"], x), mlp_apply(params["state_flow"], x)[..., 0]
+
+
+def loss_fn(config: GFlowNetConfig, params: dict[str, Any], batch: Trajectories) -> jax.Array:
+    """The configured loss of ``batch`` under ``params`` (what the hybrid and jax trainers differentiate)."""
+    grid = config.grid
+    forward_logits, backward_logits, log_flows = outputs(grid, params, batch.states)
+    backward = None if config.uniform_backward else backward_logits
+    if config.loss == "tb":
+        return trajectory_balance(grid, batch, forward_logits, backward, params["log_z"])
+    if config.loss == "db":
+        return detailed_balance(grid, batch, forward_logits, backward, log_flows)
+    if config.loss == "fl":
+        return forward_looking(grid, batch, forward_logits, backward, log_flows)
+    if config.loss == "subtb":
+        return subtrajectory_balance(grid, batch, forward_logits, backward, log_flows, config.subtb_lambda)
+    parent_logits, _, _ = outputs(grid, params, parent_states(grid, batch.states))  # [B, T + 1, D, D + 1]
+    parent_edges = jnp.diagonal(parent_logits[..., : grid.ndim], axis1=-2, axis2=-1)  # move d from parent d
+    return flow_matching(grid, batch, forward_logits, parent_edges)
+
+
+def make_optimizer(config: GFlowNetConfig):
+    """Adam for the networks and, with its own learning rate, for log Z (as the PyTorch trainer)."""
+    import optax
+
+    labels = lambda params: {name: ("log_z" if name == "log_z" else "networks") for name in params}  # noqa: E731
+    return optax.multi_transform(
+        {"networks": optax.adam(config.learning_rate), "log_z": optax.adam(config.log_z_learning_rate)}, labels
+    )

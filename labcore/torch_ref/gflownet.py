@@ -8,6 +8,7 @@ are those of ``labcore.agents.gflownet`` (read its module docstring).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -298,7 +299,7 @@ def train(config, log_every: int = 100) -> dict:
     """The all-PyTorch trainer for a ``labcore.agents.gflownet.GFlowNetConfig``.
 
     Returns {"losses": [iterations], "l1": [(iteration, L1 of the last l1_samples terminal states)],
-    "agent": the trained agent}.
+    "agent": the trained agent, "seconds": time per phase}.
     """
     from labcore.envs import hypergrid
 
@@ -310,15 +311,59 @@ def train(config, log_every: int = 100) -> dict:
     target = hypergrid.target_distribution(config.grid)
     recent: list[np.ndarray] = []
     losses, l1 = [], []
+    seconds = {"sampling": 0.0, "conversion": 0.0, "gradient": 0.0, "sync": 0.0}  # as the hybrid trainer's
     for iteration in range(1, config.iterations + 1):
+        started = time.perf_counter()
         batch = sample(agent, env, config.batch_size, config.exploration_epsilon, generator)
+        sampled = time.perf_counter()
         loss = loss_of(agent, env, batch, config.loss, config.uniform_backward, config.subtb_lambda)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        seconds["sampling"] += sampled - started
+        seconds["gradient"] += time.perf_counter() - sampled
         recent.append(batch["states"][torch.arange(config.batch_size), batch["lengths"].long() - 1].numpy())
         if iteration % log_every == 0 or iteration == config.iterations:
             terminal = np.concatenate(recent)[-config.l1_samples :]
             l1.append((iteration, hypergrid.l1_distance(hypergrid.empirical_distribution(config.grid, terminal), target)))
-    return {"losses": losses, "l1": l1, "agent": agent}
+    return {"losses": losses, "l1": l1, "agent": agent, "seconds": seconds}
+
+
+# ----------------------------------------------------------------------------------------------
+# The bridge: PyTorch agent <-> JAX parameter pytree (labcore.agents.gflownet), batches to JAX.
+
+
+def _layers(module: torch.nn.Sequential) -> list[torch.nn.Linear]:
+    return [m for m in module if isinstance(m, torch.nn.Linear)]
+
+
+def to_jax_params(agent: GFlowNetAgent) -> dict:
+    """The agent's parameters as a JAX pytree (Linear weights transposed to [in, out]); exact copies."""
+    import jax.numpy as jnp
+
+    def convert(module):
+        return [{"w": jnp.asarray(layer.weight.detach().numpy().T), "b": jnp.asarray(layer.bias.detach().numpy())}
+                for layer in _layers(module)]
+
+    return {"forward_policy": convert(agent.forward_policy), "backward_policy": convert(agent.backward_policy),
+            "state_flow": convert(agent.state_flow), "log_z": jnp.asarray(agent.log_z.detach().numpy())}
+
+
+@torch.no_grad()
+def load_jax_params(agent: GFlowNetAgent, params: dict) -> None:
+    """Copy a JAX parameter pytree into the agent, in place (the sync after a JAX gradient step)."""
+    for name in ("forward_policy", "backward_policy", "state_flow"):
+        for layer, values in zip(_layers(getattr(agent, name)), params[name], strict=True):
+            layer.weight.copy_(torch.from_numpy(np.asarray(values["w"]).T.copy()))
+            layer.bias.copy_(torch.from_numpy(np.asarray(values["b"]).copy()))
+    agent.log_z.copy_(torch.from_numpy(np.asarray(params["log_z"]).copy()))
+
+
+def batch_to_jax(batch: dict):
+    """A sampled PyTorch batch as labcore.agents.gflownet.Trajectories."""
+    import jax.numpy as jnp
+
+    from labcore.agents.gflownet import Trajectories
+
+    return Trajectories(*(jnp.asarray(batch[name].numpy()) for name in ("states", "actions", "lengths", "log_rewards")))
