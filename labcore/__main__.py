@@ -10,10 +10,11 @@
     python -m labcore train ppo --preset cartpole --run-dir runs/ppo-cartpole
     python -m labcore eval ppo --checkpoint runs/vault [--episodes 100]
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
+    python -m labcore train gflownet --trainer hybrid --loss tb --ndim 4 --height 8 --iterations 2000
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
 
-Every DQNConfig field is a flag of ``train dqn`` and every PPOConfig field a flag of ``train
-ppo`` (``--help`` lists them with their defaults).
+Every field of DQNConfig, PPOConfig and GFlowNetConfig is a flag of ``train dqn``, ``train ppo``
+and ``train gflownet`` (``--help`` lists them with their defaults).
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="after --: the labcore command each worker runs, e.g. -- train dqn --env CartPole-v1")
     commands.add_parser("cluster-check", help="(in a launched worker) join, psum across processes, compare values")
 
+    train_gfn = train.add_parser("gflownet", help="a GFlowNet on HyperGrid: all PyTorch, or PyTorch sampling + JAX gradients")
+    _add_config_flags(train_gfn, "GFlowNetConfig")
+    train_gfn.add_argument("--log-every", type=_positive_int, default=100, help="iterations between L1 measurements")
+    train_gfn.add_argument("--run-dir", default=None, help="folder for metrics.jsonl/csv and summary.json")
+
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
     eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
     eval_dqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
@@ -106,9 +112,10 @@ def _flag_type(annotation: str):
 
 def _config_class(name: str):
     from labcore.agents.dqn import DQNConfig
+    from labcore.agents.gflownet import GFlowNetConfig
     from labcore.agents.ppo import PPOConfig
 
-    return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig}[name]
+    return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig, "GFlowNetConfig": GFlowNetConfig}[name]
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNConfig") -> None:
@@ -183,6 +190,33 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_gflownet(args: argparse.Namespace) -> int:
+    import time
+
+    from labcore.agents import gflownet_train
+    from labcore.logging import MetricsLogger
+
+    args.preset = "default"
+    config = _config_from(args, "GFlowNetConfig")
+    print(config)
+    started = time.perf_counter()
+    result = gflownet_train.train(config, log_every=args.log_every)
+    wall = time.perf_counter() - started
+    logger = MetricsLogger(args.run_dir)
+    for iteration, l1 in result["l1"]:
+        logger.log({"iteration": iteration, "loss": result["losses"][iteration - 1], "l1": l1})
+    summary = {"trainer": config.trainer, "loss": config.loss, "ndim": config.ndim, "height": config.height,
+               "iterations": config.iterations, "wall_time_s": round(wall, 1),
+               "iterations_per_second": round(config.iterations / wall, 1), "final_l1": result["l1"][-1][1],
+               "seconds": {k: round(v, 2) for k, v in result["seconds"].items()}}
+    if args.run_dir:
+        import pathlib
+
+        (pathlib.Path(args.run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary))
+    return 0
+
+
 def _train_ppo(args: argparse.Namespace) -> int:
     from labcore import devices
     from labcore.agents import ppo_run
@@ -232,8 +266,8 @@ def _eval_dqn(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
-        commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn,
-                    ("train", "ppo"): _train_ppo, ("eval", "ppo"): _eval_ppo}
+        commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_ppo,
+                    ("eval", "ppo"): _eval_ppo, ("train", "gflownet"): _train_gflownet}
         try:
             return commands[args.command, args.agent](args)
         except (ValueError, FileNotFoundError, FileExistsError) as error:  # bad config or env: one clear line, no traceback

@@ -111,3 +111,16 @@ def test_train_ppo_writes_a_results_folder_then_evaluates(tmp_path, capsys):
     assert report["update_step"] == 40 and report["episodes"] == 4
     assert cli.main(["train", "ppo", *flags, "--run-dir", str(tmp_path / "fresh"), "--resume", "--no-progress"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_train_gflownet_both_trainers_and_bad_flags(tmp_path, capsys):
+    flags = ["train", "gflownet", "--loss", "db", "--ndim", "2", "--height", "4", "--iterations", "30", "--hidden-size", "16",
+             "--log-every", "10"]
+    for trainer in ("torch", "hybrid"):
+        run = tmp_path / trainer
+        assert cli.main([*flags, "--trainer", trainer, "--run-dir", str(run)]) == 0
+        summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert summary["trainer"] == trainer and summary["iterations"] == 30 and 0.0 <= summary["final_l1"] <= 2.0
+        assert len((run / "metrics.jsonl").read_text().splitlines()) == 3 and (run / "summary.json").is_file()
+    assert cli.main(["train", "gflownet", "--loss", "kl"]) == 2
+    assert "GFlowNetConfig.loss must be one of" in capsys.readouterr().err
