@@ -1,0 +1,58 @@
+"""GFlowNet trainers side by side: iterations per second and where the time goes.
+
+HyperGrid D=4, H=8, batch 64 trajectories, TB loss, 256x2 networks, the same seed for every
+trainer. ``torch`` is all PyTorch; ``hybrid`` samples with the PyTorch agent and takes a jitted
+JAX gradient step, then copies the parameters back. Times per iteration are split into sampling,
+conversion (PyTorch batch -> JAX arrays), gradient step and parameter sync; the first
+``--warmup`` iterations (JAX's compile) are excluded.
+
+    python benchmarks/gflownet_speed.py
+    python benchmarks/gflownet_speed.py --iterations 100 --loss subtb
+
+Writes benchmarks/results/gflownet_speed.json and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from labcore.agents import gflownet_train
+from labcore.agents.gflownet import GFlowNetConfig
+from labcore.benchmarking import write_results
+
+
+def measure(config: GFlowNetConfig, warmup: int) -> dict:
+    """Per-iteration milliseconds by phase, from a run of warmup + iterations (warm-up subtracted)."""
+    import dataclasses
+
+    short = gflownet_train.train(dataclasses.replace(config, iterations=warmup), log_every=warmup)["seconds"]
+    full = gflownet_train.train(dataclasses.replace(config, iterations=warmup + config.iterations), log_every=config.iterations)["seconds"]
+    per_iteration = {phase: 1000 * (full[phase] - short[phase]) / config.iterations for phase in full}
+    total = sum(per_iteration.values())
+    return {**{f"{phase} (ms)": value for phase, value in per_iteration.items()}, "iteration (ms)": total,
+            "iterations/s": 1000 / total}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--loss", default="tb")
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for trainer in ("torch", "hybrid"):
+        config = GFlowNetConfig(ndim=4, height=8, batch_size=64, loss=args.loss, trainer=trainer, iterations=args.iterations)
+        rows.append({"trainer": trainer, **measure(config, args.warmup)})
+        print(rows[-1], flush=True)
+    base = rows[0]
+    for row in rows:
+        row["gradient speed-up"] = base["gradient (ms)"] / row["gradient (ms)"]
+        row["end-to-end speed-up"] = row["iterations/s"] / base["iterations/s"]
+    write_results("gflownet_speed", rows, out_dir=args.out,
+                  extra={"ndim": 4, "height": 8, "batch_size": 64, "loss": args.loss, "iterations": args.iterations})
+
+
+if __name__ == "__main__":
+    main()
