@@ -266,3 +266,48 @@ def test_hybrid_and_torch_trainers_track_each_other():
     assert np.mean(np.abs(a - b)) < 0.1 * np.mean(np.abs(a))
     assert set(hybrid_run["seconds"]) == {"sampling", "conversion", "gradient", "sync"}
     assert all(v > 0 for v in hybrid_run["seconds"].values())
+
+
+def test_jax_sampler_makes_valid_trajectories():
+    from labcore.agents.gflownet import GFlowNetConfig
+
+    config = GFlowNetConfig(ndim=3, height=4, batch_size=64, hidden_size=16, exploration_epsilon=0.5)
+    grid = config.grid
+    batch = jax.jit(lambda k: gflownet.sample_trajectories(config, gflownet.init_params(config, k), k))(jax.random.key(0))
+    states, actions, lengths = (np.asarray(x) for x in (batch.states, batch.actions, batch.lengths))
+    assert states.shape == (64, grid.max_actions + 1, 3) and actions.shape == (64, grid.max_actions)
+    assert (states[:, 0] == 0).all() and (states >= 0).all() and (states < 4).all()
+    assert ((lengths >= 1) & (lengths <= grid.max_actions)).all() and len(set(lengths.tolist())) > 3
+    for b in range(64):
+        L = lengths[b]
+        assert actions[b, L - 1] == grid.exit_action and (actions[b, : L - 1] < grid.exit_action).all()
+        for t in range(L - 1):  # each move adds one on its dimension, and was legal
+            assert (states[b, t + 1] - states[b, t]).tolist() == np.eye(3, dtype=int)[actions[b, t]].tolist()
+        assert (states[b, L:] == states[b, L - 1]).all()  # x repeated after exit
+    x = states[np.arange(64), lengths - 1]
+    np.testing.assert_allclose(np.asarray(batch.log_rewards), np.log(ref.HyperGridEnv(3, 4).reward(x)), rtol=1e-6)
+
+
+def test_jax_trainer_vmaps_over_seeds():
+    from labcore.agents.gflownet import GFlowNetConfig
+
+    config = GFlowNetConfig(iterations=20, batch_size=8, hidden_size=16)
+    train = gflownet.make_train(config)
+    keys = jax.random.split(jax.random.key(1), 3)
+    _, together, _ = jax.jit(jax.vmap(train))(keys)
+    for i, key in enumerate(keys):
+        _, alone, _ = jax.jit(train)(key)
+        np.testing.assert_allclose(np.asarray(together[i]), np.asarray(alone), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["tb", "db", "fl", "subtb", "fm"])
+def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
+    """D=2/H=8, the all-JAX trainer, 3,000 iterations of 16 trajectories: the L1 (sum form) of the
+    last 20,000 samples against the exact target ends below 0.1 (it starts near 0.2-0.9)."""
+    from labcore.agents import gflownet_train
+    from labcore.agents.gflownet import GFlowNetConfig
+
+    config = GFlowNetConfig(loss=loss, trainer="jax", iterations=3000, batch_size=16, l1_samples=20_000)
+    result = gflownet_train.train(config, log_every=500)
+    assert result["l1"][-1][1] < 0.1, result["l1"]
+    assert result["l1"][0][1] > result["l1"][-1][1]

@@ -39,7 +39,7 @@ from labcore.envs import hypergrid
 from labcore.envs.hypergrid import HyperGrid
 
 LOSSES = ("tb", "db", "fm", "fl", "subtb")
-TRAINERS = ("torch", "hybrid")
+TRAINERS = ("torch", "hybrid", "jax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,3 +237,78 @@ def make_optimizer(config: GFlowNetConfig):
     return optax.multi_transform(
         {"networks": optax.adam(config.learning_rate), "log_z": optax.adam(config.log_z_learning_rate)}, labels
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Everything in JAX: the sampler as a lax.scan, the whole iteration jitted, vmap over seeds.
+
+
+def init_params(config: GFlowNetConfig, key: jax.Array) -> dict[str, Any]:
+    """Fresh parameters, initialised as torch.nn.Linear does (uniform within 1 / sqrt(fan_in))."""
+    sizes = [config.ndim * config.height] + [config.hidden_size] * config.num_layers
+
+    def network(key: jax.Array, outputs: int) -> list[dict[str, jax.Array]]:
+        layers = []
+        for fan_in, fan_out in zip(sizes, sizes[1:] + [outputs]):
+            key, w_key, b_key = jax.random.split(key, 3)
+            bound = 1.0 / math.sqrt(fan_in)
+            layers.append({"w": jax.random.uniform(w_key, (fan_in, fan_out), minval=-bound, maxval=bound),
+                           "b": jax.random.uniform(b_key, (fan_out,), minval=-bound, maxval=bound)})
+        return layers
+
+    forward_key, backward_key, flow_key = jax.random.split(key, 3)
+    return {"forward_policy": network(forward_key, config.ndim + 1), "backward_policy": network(backward_key, config.ndim),
+            "state_flow": network(flow_key, 1), "log_z": jnp.float32(0.0)}
+
+
+def sample_trajectories(config: GFlowNetConfig, params: dict[str, Any], key: jax.Array) -> Trajectories:
+    """``config.batch_size`` trajectories from the forward policy (with epsilon-uniform
+    exploration over legal actions), as one lax.scan over the T = max_actions steps."""
+    grid = config.grid
+    B, D, T = config.batch_size, grid.ndim, grid.max_actions
+
+    def one_step(carry, step_key):
+        state, done, length, t = carry
+        logits, _, _ = outputs(grid, params, state)
+        if config.loss == "fm":  # the policy is the normalised edge flows, and the exit edge's flow is R(s)
+            logits = logits.at[..., -1].set(hypergrid.log_reward(grid, state))
+        mask = hypergrid.forward_mask(grid, state)
+        policy = jax.nn.softmax(losses.masked_logits(logits, mask), axis=-1)
+        uniform = mask / jnp.sum(mask, axis=-1, keepdims=True)
+        probs = (1.0 - config.exploration_epsilon) * policy + config.exploration_epsilon * uniform
+        action = jax.random.categorical(step_key, jnp.where(mask, jnp.log(probs), -jnp.inf))
+        action = jnp.where(done, D, action).astype(jnp.int32)
+        exiting = (action == D) & ~done
+        state = hypergrid.step(grid, state, action)  # exit (and padding) leave the state as it is
+        return (state, done | exiting, jnp.where(exiting, t + 1, length), t + 1), (state, action)
+
+    start = (jnp.zeros((B, D), jnp.int32), jnp.zeros(B, bool), jnp.zeros(B, jnp.int32), jnp.int32(0))
+    (final, _, lengths, _), (visited, actions) = jax.lax.scan(one_step, start, jax.random.split(key, T))
+    states = jnp.concatenate([jnp.zeros((1, B, D), jnp.int32), visited], axis=0).transpose(1, 0, 2)
+    return Trajectories(states, actions.T, lengths, hypergrid.log_reward(grid, final))
+
+
+def make_train(config: GFlowNetConfig):
+    """A pure ``train(key) -> (params, losses [iterations], terminal indices [iterations, B])``:
+    every iteration (sample, loss, gradient, optax step) inside one lax.scan; jit it, vmap it."""
+    optimizer = make_optimizer(config)
+    grid = config.grid
+
+    def iteration(carry, key):
+        params, opt_state = carry
+        batch = sample_trajectories(config, params, key)  # integer states: no gradient flows through sampling
+        loss, grads = jax.value_and_grad(lambda p: loss_fn(config, p, batch))(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = jax.tree_util.tree_map(lambda p, u: p + u, params, updates)
+        terminal = batch.states[jnp.arange(config.batch_size), batch.lengths - 1]
+        return (params, opt_state), (loss, hypergrid.state_index(grid, terminal))
+
+    def train(key: jax.Array):
+        init_key, loop_key = jax.random.split(key)
+        params = init_params(config, init_key)
+        (params, _), (losses_, terminals) = jax.lax.scan(
+            iteration, (params, optimizer.init(params)), jax.random.split(loop_key, config.iterations)
+        )
+        return params, losses_, terminals
+
+    return train

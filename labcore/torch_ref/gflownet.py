@@ -237,9 +237,11 @@ class GFlowNetAgent(torch.nn.Module):
 
 
 @torch.no_grad()
-def sample(agent: GFlowNetAgent, env: HyperGridEnv, batch_size: int, epsilon: float, generator: torch.Generator) -> dict:
+def sample(agent: GFlowNetAgent, env: HyperGridEnv, batch_size: int, epsilon: float, generator: torch.Generator,
+           exit_from_reward: bool = False) -> dict:
     """Trajectories from the forward policy (epsilon: share of uniformly random legal actions),
-    padded to env.max_actions as labcore.agents.gflownet expects."""
+    padded to env.max_actions as labcore.agents.gflownet expects. exit_from_reward: the exit logit
+    is log R(s) (flow matching, where the policy is the normalised edge flows)."""
     T, D = env.max_actions, env.ndim
     states = torch.zeros(batch_size, T + 1, D, dtype=torch.int32)
     actions = torch.full((batch_size, T), D, dtype=torch.int32)
@@ -249,6 +251,8 @@ def sample(agent: GFlowNetAgent, env: HyperGridEnv, batch_size: int, epsilon: fl
     for t in range(T):
         mask = torch.as_tensor(env.forward_mask(current.numpy()))
         logits, _, _ = agent.outputs(current)
+        if exit_from_reward:
+            logits = torch.cat([logits[:, :-1], torch.as_tensor(np.log(env.reward(current.numpy())), dtype=logits.dtype)[:, None]], -1)
         probs = torch.softmax(logits.masked_fill(~mask, -1e9), dim=-1)
         uniform = mask.float() / mask.float().sum(-1, keepdim=True)
         probs = (1 - epsilon) * probs + epsilon * uniform
@@ -314,7 +318,7 @@ def train(config, log_every: int = 100) -> dict:
     seconds = {"sampling": 0.0, "conversion": 0.0, "gradient": 0.0, "sync": 0.0}  # as the hybrid trainer's
     for iteration in range(1, config.iterations + 1):
         started = time.perf_counter()
-        batch = sample(agent, env, config.batch_size, config.exploration_epsilon, generator)
+        batch = sample(agent, env, config.batch_size, config.exploration_epsilon, generator, config.loss == "fm")
         sampled = time.perf_counter()
         loss = loss_of(agent, env, batch, config.loss, config.uniform_backward, config.subtb_lambda)
         optimizer.zero_grad()
