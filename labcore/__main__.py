@@ -138,9 +138,10 @@ def _config_from(args: argparse.Namespace, config_class: str = "DQNConfig"):
         value = getattr(args, field.name)
         if value is not None:
             overrides[field.name] = tuple(value) if isinstance(value, list) else value
-    if args.preset == "default":
+    preset = getattr(args, "preset", "default")  # commands without presets (train gflownet) have no flag
+    if preset == "default":
         return cls(**overrides)
-    return getattr(cls, args.preset)(**overrides)
+    return getattr(cls, preset)(**overrides)
 
 
 def _train_dqn(args: argparse.Namespace) -> int:
@@ -196,7 +197,6 @@ def _train_gflownet(args: argparse.Namespace) -> int:
     from labcore.agents import gflownet_train
     from labcore.logging import MetricsLogger
 
-    args.preset = "default"
     config = _config_from(args, "GFlowNetConfig")
     print(config)
     started = time.perf_counter()
@@ -235,21 +235,15 @@ def _train_ppo(args: argparse.Namespace) -> int:
 
 
 def _eval_ppo(args: argparse.Namespace) -> int:
-    import jax
-    import numpy as np
-
     from labcore.agents import ppo, ppo_run
 
     config, runner = ppo_run.load_checkpoint(args.checkpoint, args.step)
-    agent = ppo.make_ppo(config)
-    key = jax.random.key(args.seed)
-    evaluate = jax.jit(lambda params, greedy: ppo.policy_returns(agent, params, key, args.episodes, greedy), static_argnums=1)
-    greedy, sampled = (np.asarray(evaluate(runner.params, greedy)) for greedy in (True, False))
-    random_play = np.asarray(ppo.random_returns(agent.env, agent.env_params, key, args.episodes))
+    returns = ppo_run.play_returns(ppo.make_ppo(config), runner.params, args.episodes, args.seed)
+    greedy = returns["greedy"]
     print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), "episodes": args.episodes,
                       "greedy_mean": float(greedy.mean()), "greedy_min": float(greedy.min()),
-                      "greedy_max": float(greedy.max()), "sampled_mean": float(sampled.mean()),
-                      "random_mean": float(random_play.mean())}))
+                      "greedy_max": float(greedy.max()), "sampled_mean": float(returns["sampled"].mean()),
+                      "random_mean": float(returns["random"].mean())}))
     return 0
 
 

@@ -150,19 +150,25 @@ def summarize(
     return summary
 
 
-def evaluate(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) -> dict[str, Any]:
-    """Mean and spread of greedy, sampled and random-legal play on the same ``num_episodes`` layouts."""
+def play_returns(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Returns [num_episodes] of greedy, sampled and random-legal play on the same layouts."""
     key = jax.random.key(seed)
     play = jax.jit(lambda params, greedy: ppo.policy_returns(agent, params, key, num_episodes, greedy), static_argnums=1)
-    greedy, sampled = (np.asarray(play(params, greedy)) for greedy in (True, False))
-    random_play = np.asarray(jax.jit(lambda k: ppo.random_returns(agent.env, agent.env_params, k, num_episodes))(key))
+    random_play = jax.jit(lambda k: ppo.random_returns(agent.env, agent.env_params, k, num_episodes))(key)
+    return {"greedy": np.asarray(play(params, True)), "sampled": np.asarray(play(params, False)),
+            "random": np.asarray(random_play)}
+
+
+def evaluate(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) -> dict[str, Any]:
+    """Mean and spread of greedy, sampled and random-legal play on the same ``num_episodes`` layouts."""
+    returns = play_returns(agent, params, num_episodes, seed)
     return {
         "eval_episodes": num_episodes,
-        "greedy_return_mean": float(greedy.mean()),
-        "greedy_return_std": float(greedy.std()),
-        "sampled_return_mean": float(sampled.mean()),
-        "sampled_return_std": float(sampled.std()),
-        "random_return_mean": float(random_play.mean()),
+        "greedy_return_mean": float(returns["greedy"].mean()),
+        "greedy_return_std": float(returns["greedy"].std()),
+        "sampled_return_mean": float(returns["sampled"].mean()),
+        "sampled_return_std": float(returns["sampled"].std()),
+        "random_return_mean": float(returns["random"].mean()),
     }
 
 
