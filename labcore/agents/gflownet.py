@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from labcore import losses
 from labcore.envs import hypergrid
@@ -183,6 +184,17 @@ def flow_matching(grid, batch, edge_log_flows, parent_edge_log_flows) -> jax.Arr
     visited = (positions[None, :] >= 1) & (positions[None, :] < batch.lengths[:, None])
     residual = jnp.where(visited, inflow - outflow, 0.0)
     return jnp.sum(residual**2) / jnp.maximum(jnp.sum(visited), 1)
+
+
+def l1_curve(config: GFlowNetConfig, terminal_indices: np.ndarray, log_every: int) -> list[tuple[int, float]]:
+    """(iteration, L1 of the last l1_samples terminal states up to it) every log_every iterations
+    and at the end. terminal_indices: [iterations, B] ``hypergrid.state_index`` of each sample,
+    in sampling order; every trainer reports its L1 through this."""
+    target = hypergrid.target_distribution(config.grid)
+    flat = np.asarray(terminal_indices)
+    points = sorted({*range(log_every, config.iterations + 1, log_every), config.iterations})
+    recent = lambda iteration: flat[:iteration].ravel()[-config.l1_samples :]  # noqa: E731
+    return [(i, hypergrid.l1_distance(hypergrid.index_distribution(config.grid, recent(i)), target)) for i in points]
 
 
 # ----------------------------------------------------------------------------------------------

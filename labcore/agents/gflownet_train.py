@@ -32,21 +32,6 @@ def train(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
     return train_hybrid(config, log_every)
 
 
-def l1_curve(config: GFlowNetConfig, terminal_indices: np.ndarray, log_every: int) -> list[tuple[int, float]]:
-    """(iteration, L1 of the last l1_samples terminal states up to it) every log_every iterations."""
-    from labcore.envs import hypergrid
-
-    target = hypergrid.target_distribution(config.grid)
-    flat = np.asarray(terminal_indices)  # [iterations, B] state indices
-    points = sorted({*range(log_every, config.iterations + 1, log_every), config.iterations})
-    curve = []
-    for iteration in points:
-        recent = flat[:iteration].ravel()[-config.l1_samples :]
-        empirical = np.bincount(recent, minlength=config.grid.num_states) / len(recent)
-        curve.append((iteration, hypergrid.l1_distance(empirical, target)))
-    return curve
-
-
 def train_jax(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
     """Policy, sampler and update all in JAX: one compiled program for the whole run."""
     import jax
@@ -60,7 +45,7 @@ def train_jax(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
     compiled_at = time.perf_counter()
     params, losses, terminals = jax.block_until_ready(compiled(key))
     finished = time.perf_counter()
-    return {"losses": np.asarray(losses).tolist(), "l1": l1_curve(config, terminals, log_every), "params": params,
+    return {"losses": np.asarray(losses).tolist(), "l1": gflownet.l1_curve(config, terminals, log_every), "params": params,
             "seconds": {"compile": compiled_at - started, "fused iteration": finished - compiled_at}}
 
 
@@ -69,7 +54,6 @@ def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]
     import torch
 
     from labcore.agents import gflownet
-    from labcore.envs import hypergrid
     from labcore.torch_ref import gflownet as ref
 
     torch.manual_seed(config.seed)  # the same initial agent and samples as the torch trainer
@@ -86,10 +70,9 @@ def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return jax.tree_util.tree_map(lambda p, u: p + u, params, updates), opt_state, loss
 
-    target = hypergrid.target_distribution(config.grid)
     seconds = {"sampling": 0.0, "conversion": 0.0, "gradient": 0.0, "sync": 0.0}
-    recent: list[np.ndarray] = []
-    losses, l1 = [], []
+    terminals: list[np.ndarray] = []
+    losses = []
     for iteration in range(1, config.iterations + 1):
         started = time.perf_counter()
         batch = ref.sample(agent, env, config.batch_size, config.exploration_epsilon, generator, config.loss == "fm")
@@ -104,8 +87,6 @@ def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]
         for phase, (a, b) in {"sampling": (started, sampled), "conversion": (sampled, converted),
                               "gradient": (converted, stepped), "sync": (stepped, synced)}.items():
             seconds[phase] += b - a
-        recent.append(batch["states"][torch.arange(config.batch_size), batch["lengths"].long() - 1].numpy())
-        if iteration % log_every == 0 or iteration == config.iterations:
-            terminal = np.concatenate(recent)[-config.l1_samples :]
-            l1.append((iteration, hypergrid.l1_distance(hypergrid.empirical_distribution(config.grid, terminal), target)))
+        terminals.append(ref.terminal_indices(env, batch))
+    l1 = gflownet.l1_curve(config, np.stack(terminals), log_every)
     return {"losses": losses, "l1": l1, "agent": agent, "params": params, "seconds": seconds}

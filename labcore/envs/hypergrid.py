@@ -114,8 +114,12 @@ def target_distribution(grid: HyperGrid) -> np.ndarray:
 
 def empirical_distribution(grid: HyperGrid, terminal_states: np.ndarray) -> np.ndarray:
     """[H^D] float64 frequencies of the sampled terminal states [N, D]."""
-    index = np.asarray(state_index(grid, jnp.asarray(terminal_states)))
-    counts = np.bincount(index, minlength=grid.num_states).astype(np.float64)
+    return index_distribution(grid, np.asarray(state_index(grid, jnp.asarray(terminal_states))))
+
+
+def index_distribution(grid: HyperGrid, indices: np.ndarray) -> np.ndarray:
+    """[H^D] float64 frequencies of terminal states given by their ``state_index`` [N]."""
+    counts = np.bincount(np.asarray(indices).ravel(), minlength=grid.num_states).astype(np.float64)
     return counts / max(1.0, counts.sum())
 
 

@@ -274,6 +274,12 @@ def sample(agent: GFlowNetAgent, env: HyperGridEnv, batch_size: int, epsilon: fl
     return {"states": states, "actions": actions, "lengths": lengths, "log_rewards": log_rewards}
 
 
+def terminal_indices(env: HyperGridEnv, batch: dict) -> np.ndarray:
+    """[B] row-major index of each trajectory's terminal state x (labcore.envs.hypergrid.state_index order)."""
+    x = batch["states"][torch.arange(len(batch["lengths"])), batch["lengths"].long() - 1].numpy()
+    return np.ravel_multi_index(tuple(x.T), (env.height,) * env.ndim)
+
+
 def loss_of(agent: GFlowNetAgent, env: HyperGridEnv, batch: dict, loss: str, uniform_backward: bool, lam: float = 0.9):
     """The configured loss of ``batch`` under ``agent`` (batched implementations)."""
     forward_logits, backward_logits, log_flows = agent.outputs(batch["states"])
@@ -305,16 +311,15 @@ def train(config, log_every: int = 100) -> dict:
     Returns {"losses": [iterations], "l1": [(iteration, L1 of the last l1_samples terminal states)],
     "agent": the trained agent, "seconds": time per phase}.
     """
-    from labcore.envs import hypergrid
+    from labcore.agents.gflownet import l1_curve
 
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     env = HyperGridEnv(config.ndim, config.height)
     agent = GFlowNetAgent(config.ndim, config.height, config.hidden_size, config.num_layers)
     optimizer = make_optimizer(agent, config.learning_rate, config.log_z_learning_rate)
-    target = hypergrid.target_distribution(config.grid)
-    recent: list[np.ndarray] = []
-    losses, l1 = [], []
+    terminals: list[np.ndarray] = []
+    losses = []
     seconds = {"sampling": 0.0, "conversion": 0.0, "gradient": 0.0, "sync": 0.0}  # as the hybrid trainer's
     for iteration in range(1, config.iterations + 1):
         started = time.perf_counter()
@@ -327,10 +332,8 @@ def train(config, log_every: int = 100) -> dict:
         losses.append(loss.item())
         seconds["sampling"] += sampled - started
         seconds["gradient"] += time.perf_counter() - sampled
-        recent.append(batch["states"][torch.arange(config.batch_size), batch["lengths"].long() - 1].numpy())
-        if iteration % log_every == 0 or iteration == config.iterations:
-            terminal = np.concatenate(recent)[-config.l1_samples :]
-            l1.append((iteration, hypergrid.l1_distance(hypergrid.empirical_distribution(config.grid, terminal), target)))
+        terminals.append(terminal_indices(env, batch))
+    l1 = l1_curve(config, np.stack(terminals), log_every)
     return {"losses": losses, "l1": l1, "agent": agent, "seconds": seconds}
 
 
