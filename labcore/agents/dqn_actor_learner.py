@@ -23,6 +23,7 @@ naming it; every actor process is joined or killed on the way out.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import time
 from multiprocessing.connection import Connection, wait
@@ -158,7 +159,7 @@ def run(
     params_pipes = [context.Pipe(duplex=False) for _ in range(num_actors)]  # (actor's end, learner's end)
     data_pipes = [context.Pipe(duplex=False) for _ in range(num_actors)]  # (learner's end, actor's end)
     actors = [
-        context.Process(target=_actor_main, args=(rank, params_pipes[rank][0], data_pipes[rank][1], _fields(config),
+        context.Process(target=_actor_main, args=(rank, params_pipes[rank][0], data_pipes[rank][1], dataclasses.asdict(config),
                                                   envs_per_actor, rollout_steps, config.seed), daemon=True)
         for rank in range(num_actors)
     ]
@@ -257,9 +258,3 @@ def run(
             if actor.is_alive():
                 actor.kill()
                 actor.join()
-
-
-def _fields(config: dqn.DQNConfig) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(config)
