@@ -63,3 +63,17 @@ def test_jit_speedup_benchmark_runs_end_to_end(tmp_path):
     assert [r["vector length"] for r in rows] == [100, 1000]
     assert all(r["speed-up (x)"] > 0 for r in rows)
     assert "| vector length |" in out.stdout
+
+
+def test_gflownet_speed_benchmark_reports_every_trainer(tmp_path):
+    script = REPO_ROOT / "benchmarks" / "gflownet_speed.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--iterations", "4", "--warmup", "2", "--jax-iterations", "5", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((tmp_path / "gflownet_speed.json").read_text())["rows"]
+    assert [r["trainer"] for r in rows] == ["torch", "hybrid", "jax_policy", "jax"]
+    assert all(r["iterations/s"] > 0 for r in rows)
+    assert rows[0]["gradient alone (ms)"] > 0 and rows[1]["speed-up alone"] > 0
+    assert "| trainer |" in out.stdout

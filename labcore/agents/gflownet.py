@@ -28,6 +28,7 @@ non-initial states (FM).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -40,12 +41,12 @@ from labcore.envs import hypergrid
 from labcore.envs.hypergrid import HyperGrid
 
 LOSSES = ("tb", "db", "fm", "fl", "subtb")
-TRAINERS = ("torch", "hybrid", "jax")
+TRAINERS = ("torch", "hybrid", "jax_policy", "jax")
 
 
 @dataclasses.dataclass(frozen=True)
 class GFlowNetConfig:
-    """Every GFlowNet setting, validated on construction; shared by the three trainers."""
+    """Every GFlowNet setting, validated on construction; shared by the four trainers."""
 
     ndim: int = 2
     height: int = 8
@@ -273,45 +274,96 @@ def init_params(config: GFlowNetConfig, key: jax.Array) -> dict[str, Any]:
             "state_flow": network(flow_key, 1), "log_z": jnp.float32(0.0)}
 
 
+def sampling_step(config: GFlowNetConfig, params: dict[str, Any], carry: tuple, step_key: jax.Array) -> tuple[tuple, tuple]:
+    """One step of every trajectory of the batch (a lax.scan body, or one jitted call of the
+    phase-2 Python loop). carry = (state [B, D], done [B], length [B], t []); returns the new carry
+    and (state after the step [B, D], action [B]). Finished trajectories take the exit action
+    again and stay where they are (the padding)."""
+    grid = config.grid
+    state, done, length, t = carry
+    logits, _, _ = outputs(grid, params, state)
+    if config.loss == "fm":  # the policy is the normalised edge flows, and the exit edge's flow is R(s)
+        logits = logits.at[..., -1].set(hypergrid.log_reward(grid, state))
+    mask = hypergrid.forward_mask(grid, state)
+    policy = jax.nn.softmax(losses.masked_logits(logits, mask), axis=-1)
+    uniform = mask / jnp.sum(mask, axis=-1, keepdims=True)
+    probs = (1.0 - config.exploration_epsilon) * policy + config.exploration_epsilon * uniform
+    action = jax.random.categorical(step_key, jnp.where(mask, jnp.log(probs), -jnp.inf))
+    action = jnp.where(done, grid.exit_action, action).astype(jnp.int32)
+    exiting = (action == grid.exit_action) & ~done
+    state = hypergrid.step(grid, state, action)  # exit (and padding) leave the state as it is
+    return (state, done | exiting, jnp.where(exiting, t + 1, length), t + 1), (state, action)
+
+
+def _sampling_start(config: GFlowNetConfig) -> tuple:
+    B, D = config.batch_size, config.ndim
+    return jnp.zeros((B, D), jnp.int32), jnp.zeros(B, bool), jnp.zeros(B, jnp.int32), jnp.int32(0)
+
+
+def _as_trajectories(config: GFlowNetConfig, final: jax.Array, lengths: jax.Array, visited: jax.Array,
+                     actions: jax.Array) -> Trajectories:
+    """visited [T, B, D] (the state after each step), actions [T, B] -> batch-major Trajectories."""
+    B, D = config.batch_size, config.ndim
+    states = jnp.concatenate([jnp.zeros((1, B, D), jnp.int32), visited], axis=0).transpose(1, 0, 2)
+    return Trajectories(states, actions.T, lengths, hypergrid.log_reward(config.grid, final))
+
+
 def sample_trajectories(config: GFlowNetConfig, params: dict[str, Any], key: jax.Array) -> Trajectories:
     """``config.batch_size`` trajectories from the forward policy (with epsilon-uniform
     exploration over legal actions), as one lax.scan over the T = max_actions steps."""
-    grid = config.grid
-    B, D, T = config.batch_size, grid.ndim, grid.max_actions
+    step_keys = jax.random.split(key, config.grid.max_actions)
+    (final, _, lengths, _), (visited, actions) = jax.lax.scan(
+        lambda carry, k: sampling_step(config, params, carry, k), _sampling_start(config), step_keys
+    )
+    return _as_trajectories(config, final, lengths, visited, actions)
 
-    def one_step(carry, step_key):
-        state, done, length, t = carry
-        logits, _, _ = outputs(grid, params, state)
-        if config.loss == "fm":  # the policy is the normalised edge flows, and the exit edge's flow is R(s)
-            logits = logits.at[..., -1].set(hypergrid.log_reward(grid, state))
-        mask = hypergrid.forward_mask(grid, state)
-        policy = jax.nn.softmax(losses.masked_logits(logits, mask), axis=-1)
-        uniform = mask / jnp.sum(mask, axis=-1, keepdims=True)
-        probs = (1.0 - config.exploration_epsilon) * policy + config.exploration_epsilon * uniform
-        action = jax.random.categorical(step_key, jnp.where(mask, jnp.log(probs), -jnp.inf))
-        action = jnp.where(done, D, action).astype(jnp.int32)
-        exiting = (action == D) & ~done
-        state = hypergrid.step(grid, state, action)  # exit (and padding) leave the state as it is
-        return (state, done | exiting, jnp.where(exiting, t + 1, length), t + 1), (state, action)
 
-    start = (jnp.zeros((B, D), jnp.int32), jnp.zeros(B, bool), jnp.zeros(B, jnp.int32), jnp.int32(0))
-    (final, _, lengths, _), (visited, actions) = jax.lax.scan(one_step, start, jax.random.split(key, T))
-    states = jnp.concatenate([jnp.zeros((1, B, D), jnp.int32), visited], axis=0).transpose(1, 0, 2)
-    return Trajectories(states, actions.T, lengths, hypergrid.log_reward(grid, final))
+def sample_trajectories_stepwise(config: GFlowNetConfig, params: dict[str, Any], key: jax.Array,
+                                 step=None) -> Trajectories:
+    """The same trajectories as ``sample_trajectories`` (same key, same result), drawn by a Python
+    loop that calls one jitted ``sampling_step`` per step and stops when every trajectory has
+    exited: the migration's phase 2 (policy in JAX, sampler still in Python). ``step``: a jitted
+    ``sampling_step`` to reuse across calls (one is made otherwise)."""
+    step = step or jax.jit(functools.partial(sampling_step, config))
+    step_keys = jax.random.split(key, config.grid.max_actions)
+    carry, visited, actions = _sampling_start(config), [], []
+    for t in range(config.grid.max_actions):
+        carry, (state, action) = step(params, carry, step_keys[t])
+        visited.append(state)
+        actions.append(action)
+        if bool(jnp.all(carry[1])):  # a device -> host read each step: part of what phase 3 removes
+            break
+    padding = config.grid.max_actions - len(visited)
+    final = carry[0]
+    visited = jnp.concatenate([jnp.stack(visited), jnp.broadcast_to(final, (padding, *final.shape))])
+    actions = jnp.concatenate([jnp.stack(actions), jnp.full((padding, config.batch_size), config.grid.exit_action, jnp.int32)])
+    return _as_trajectories(config, final, carry[2], visited, actions)
+
+
+def make_gradient_step(config: GFlowNetConfig, optimizer=None):
+    """A pure ``(params, opt_state, batch) -> (params, opt_state, loss)``: value_and_grad of
+    ``loss_fn`` and one optax step. The hybrid trainer jits it alone; make_train scans it."""
+    optimizer = optimizer or make_optimizer(config)
+
+    def gradient_step(params, opt_state, batch: Trajectories):
+        loss, grads = jax.value_and_grad(lambda p: loss_fn(config, p, batch))(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return jax.tree_util.tree_map(lambda p, u: p + u, params, updates), opt_state, loss
+
+    return gradient_step
 
 
 def make_train(config: GFlowNetConfig):
     """A pure ``train(key) -> (params, losses [iterations], terminal indices [iterations, B])``:
     every iteration (sample, loss, gradient, optax step) inside one lax.scan; jit it, vmap it."""
     optimizer = make_optimizer(config)
+    gradient_step = make_gradient_step(config, optimizer)
     grid = config.grid
 
     def iteration(carry, key):
         params, opt_state = carry
         batch = sample_trajectories(config, params, key)  # integer states: no gradient flows through sampling
-        loss, grads = jax.value_and_grad(lambda p: loss_fn(config, p, batch))(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = jax.tree_util.tree_map(lambda p, u: p + u, params, updates)
+        params, opt_state, loss = gradient_step(params, opt_state, batch)
         terminal = batch.states[jnp.arange(config.batch_size), batch.lengths - 1]
         return (params, opt_state), (loss, hypergrid.state_index(grid, terminal))
 

@@ -4,12 +4,15 @@
 * ``hybrid``: the PyTorch agent samples; the batch is converted to JAX arrays; one jitted JAX
   gradient step (optax Adam, log Z with its own learning rate) updates a JAX copy of the
   parameters; the parameters are copied back into the PyTorch agent for the next sampling.
+* ``jax_policy``: the policy and its parameters live in JAX (no conversion, no sync), but the
+  sampler is still a Python loop that calls one jitted sampling step per environment step.
 * ``jax``: policy and sampler in JAX too (``labcore.agents.gflownet.make_train``): trajectories
   from a ``lax.scan``, every iteration inside one compiled program, vmappable over seeds.
 
 All return the same dict: losses per iteration, L1 (sum form) of the recent samples against the
 exact target, and seconds per phase (torch / hybrid: sampling, conversion, gradient step,
-parameter sync; jax: compile, and the fused iterations).
+parameter sync; jax_policy: sampling, gradient step; jax: compile, and the fused iterations).
+The order torch -> hybrid -> jax_policy -> jax is the migration of notebook 07, one step at a time.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def train(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
         return ref.train(config, log_every)
     if config.trainer == "jax":
         return train_jax(config, log_every)
+    if config.trainer == "jax_policy":
+        return train_jax_policy(config, log_every)
     return train_hybrid(config, log_every)
 
 
@@ -64,11 +69,7 @@ def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]
     optimizer = gflownet.make_optimizer(config)
     opt_state = optimizer.init(params)
 
-    @jax.jit
-    def gradient_step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(lambda p: gflownet.loss_fn(config, p, batch))(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return jax.tree_util.tree_map(lambda p, u: p + u, params, updates), opt_state, loss
+    gradient_step = jax.jit(gflownet.make_gradient_step(config, optimizer))
 
     seconds = {"sampling": 0.0, "conversion": 0.0, "gradient": 0.0, "sync": 0.0}
     terminals: list[np.ndarray] = []
@@ -90,3 +91,35 @@ def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]
         terminals.append(ref.terminal_indices(env, batch))
     l1 = gflownet.l1_curve(config, np.stack(terminals), log_every)
     return {"losses": losses, "l1": l1, "agent": agent, "params": params, "seconds": seconds}
+
+
+def train_jax_policy(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
+    """Phase 2: parameters and policy in JAX, sampling still a Python loop of jitted steps. Same
+    initial parameters and keys as ``train_jax``, so the same trajectories while the two agree."""
+    import functools
+
+    import jax
+
+    from labcore.agents import gflownet
+
+    init_key, loop_key = jax.random.split(jax.random.key(config.seed))  # as make_train
+    params = gflownet.init_params(config, init_key)
+    optimizer = gflownet.make_optimizer(config)
+    opt_state = optimizer.init(params)
+    gradient_step = jax.jit(gflownet.make_gradient_step(config, optimizer))
+    sampling_step = jax.jit(functools.partial(gflownet.sampling_step, config))
+    seconds = {"sampling": 0.0, "gradient": 0.0}
+    terminals: list[np.ndarray] = []
+    losses = []
+    for key in jax.random.split(loop_key, config.iterations):
+        started = time.perf_counter()
+        batch = jax.block_until_ready(gflownet.sample_trajectories_stepwise(config, params, key, sampling_step))
+        sampled = time.perf_counter()
+        params, opt_state, loss = gradient_step(params, opt_state, batch)
+        losses.append(float(loss))  # waits for the step
+        seconds["sampling"] += sampled - started
+        seconds["gradient"] += time.perf_counter() - sampled
+        states, lengths = np.asarray(batch.states), np.asarray(batch.lengths)
+        terminals.append(np.ravel_multi_index(tuple(states[np.arange(len(lengths)), lengths - 1].T), (config.height,) * config.ndim))
+    l1 = gflownet.l1_curve(config, np.stack(terminals), log_every)
+    return {"losses": losses, "l1": l1, "params": params, "seconds": seconds}
