@@ -24,68 +24,6 @@ from labcore.agents.gflownet import GFlowNetConfig
 from labcore.benchmarking import write_results
 
 
-def measure(config: GFlowNetConfig, warmup: int) -> dict:
-    """Per-iteration milliseconds by phase, from a run of warmup + iterations (warm-up subtracted)."""
-    import dataclasses
-
-    # A first short run fills JAX's in-process compilation caches, so that the two measured runs
-    # below pay the same (small) start-up cost and the subtraction removes it.
-    gflownet_train.train(dataclasses.replace(config, iterations=warmup), log_every=warmup)
-    short = gflownet_train.train(dataclasses.replace(config, iterations=warmup), log_every=warmup)["seconds"]
-    full = gflownet_train.train(dataclasses.replace(config, iterations=warmup + config.iterations), log_every=config.iterations)["seconds"]
-    per_iteration = {phase: 1000 * (full[phase] - short[phase]) / config.iterations for phase in full}
-    total = sum(per_iteration.values())
-    return {**{f"{phase} (ms)": value for phase, value in per_iteration.items()}, "iteration (ms)": total,
-            "iterations/s": 1000 / total}
-
-
-def gradient_step_alone(config: GFlowNetConfig, repeats: int) -> dict[str, float]:
-    """Milliseconds of one gradient step on a fixed batch, PyTorch (forward, backward, Adam) and the
-    jitted JAX step, each timed in a loop of its own. Inside the hybrid loop the JAX step is slower
-    than this: PyTorch's OpenMP workers keep spinning for a while after each sampling op and take
-    CPU cores from XLA's threads (on a 2-core machine, most of them)."""
-    import time
-
-    import jax
-    import torch
-
-    from labcore.agents import gflownet
-    from labcore.torch_ref import gflownet as ref
-
-    torch.manual_seed(config.seed)
-    env = ref.HyperGridEnv(config.ndim, config.height)
-    agent = ref.GFlowNetAgent(config.ndim, config.height, config.hidden_size, config.num_layers)
-    batch = ref.sample(agent, env, config.batch_size, 0.0, torch.Generator().manual_seed(config.seed))
-    optimizer = ref.make_optimizer(agent, config.learning_rate, config.log_z_learning_rate)
-
-    def torch_step() -> float:
-        loss = ref.loss_of(agent, env, batch, config.loss, config.uniform_backward, config.subtb_lambda)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    params = ref.to_jax_params(agent)
-    jax_optimizer = gflownet.make_optimizer(config)
-    state = [params, jax_optimizer.init(params)]
-    jax_batch = ref.batch_to_jax(batch)
-    step = jax.jit(gflownet.make_gradient_step(config, jax_optimizer))
-
-    def jax_step() -> float:
-        state[0], state[1], loss = step(state[0], state[1], jax_batch)
-        return float(loss)
-
-    times = {}
-    for name, one_step in (("torch", torch_step), ("jax", jax_step)):
-        for _ in range(10):  # warm-up (and JAX's compile)
-            one_step()
-        started = time.perf_counter()
-        for _ in range(repeats):
-            one_step()
-        times[name] = 1000 * (time.perf_counter() - started) / repeats
-    return times
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=200)
@@ -98,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for trainer in ("torch", "hybrid", "jax_policy"):
         config = GFlowNetConfig(ndim=4, height=8, batch_size=64, loss=args.loss, trainer=trainer, iterations=args.iterations)
-        rows.append({"trainer": trainer, **measure(config, args.warmup)})
+        rows.append({"trainer": trainer, **gflownet_train.profile_phases(config, args.warmup)})
         print(rows[-1], flush=True)
     # jax: one compiled program; its compile is timed apart, the iterations are fused (no phases)
     config = GFlowNetConfig(ndim=4, height=8, batch_size=64, loss=args.loss, trainer="jax", iterations=args.jax_iterations)
@@ -107,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     rows.append({"trainer": "jax", "iteration (ms)": per_iteration, "iterations/s": 1000 / per_iteration,
                  "compile (s)": seconds["compile"]})
     print(rows[-1], flush=True)
-    alone = gradient_step_alone(GFlowNetConfig(ndim=4, height=8, batch_size=64, loss=args.loss), args.iterations)
+    alone = gflownet_train.time_gradient_step(GFlowNetConfig(ndim=4, height=8, batch_size=64, loss=args.loss), args.iterations)
     rows[0]["gradient alone (ms)"], rows[1]["gradient alone (ms)"] = alone["torch"], alone["jax"]
     base = rows[0]
     for row in rows:

@@ -192,6 +192,39 @@ def weighted_mean_unweighted(shard_means, counts):
     return jnp.mean(shard_means, axis=0)
 
 
+def hypergrid_reward_right(x, height):
+    a = jnp.abs(x / (height - 1) - 0.5)
+    plateau = jnp.all(a > 0.25 + 1e-6, axis=-1)
+    peak = jnp.all((a > 0.3 + 1e-6) & (a < 0.4 - 1e-6), axis=-1)
+    return 0.1 + 0.5 * plateau + 2.0 * peak
+
+
+def hypergrid_reward_inclusive_bounds(x, height):
+    a = jnp.abs(x / (height - 1) - 0.5)
+    return 0.1 + 0.5 * jnp.all(a >= 0.25, axis=-1) + 2.0 * jnp.all((a >= 0.3) & (a <= 0.4), axis=-1)
+
+
+def trajectory_balance_right(log_z, log_pf, log_pb, lengths, log_rewards):
+    steps = jnp.arange(log_pf.shape[1])
+    valid = steps[None, :] < lengths[:, None]
+    flow = log_z + (valid * (log_pf - log_pb)).sum(-1)
+    return jnp.mean((flow - log_rewards) ** 2)
+
+
+def trajectory_balance_sums_the_padding(log_z, log_pf, log_pb, lengths, log_rewards):
+    return jnp.mean((log_z + log_pf.sum(-1) - log_pb.sum(-1) - log_rewards) ** 2)
+
+
+def l1_right(terminal_indices, target):
+    p_hat = np.zeros(len(target))
+    np.add.at(p_hat, terminal_indices, 1.0)
+    return float(np.abs(p_hat / len(terminal_indices) - target).sum())
+
+
+def l1_mean_form(terminal_indices, target):
+    return l1_right(terminal_indices, target) / len(target)
+
+
 RIGHT = {
     "stable_softmax": softmax_right,
     "set_diagonal": diagonal_right,
@@ -211,6 +244,9 @@ RIGHT = {
     "device_keys": device_keys_right,
     "process_rows": process_rows_right,
     "weighted_gradient_mean": weighted_mean_right,
+    "hypergrid_reward": hypergrid_reward_right,
+    "trajectory_balance": trajectory_balance_right,
+    "l1_sum_form": l1_right,
 }
 WRONG = {
     "stable_softmax": softmax_naive,
@@ -231,6 +267,9 @@ WRONG = {
     "device_keys": device_keys_local_index_only,
     "process_rows": process_rows_strided,
     "weighted_gradient_mean": weighted_mean_unweighted,
+    "hypergrid_reward": hypergrid_reward_inclusive_bounds,
+    "trajectory_balance": trajectory_balance_sums_the_padding,
+    "l1_sum_form": l1_mean_form,
 }
 
 

@@ -333,11 +333,13 @@ def sample_trajectories_stepwise(config: GFlowNetConfig, params: dict[str, Any],
         actions.append(action)
         if bool(jnp.all(carry[1])):  # a device -> host read each step: part of what phase 3 removes
             break
+    # Pad to T steps by repeating the last state and the exit action; stacking T arrays of one shape
+    # (rather than concatenating pieces whose sizes depend on when the loop stopped) keeps every
+    # array op at one shape, so nothing is compiled again when a batch happens to stop later.
     padding = config.grid.max_actions - len(visited)
     final = carry[0]
-    visited = jnp.concatenate([jnp.stack(visited), jnp.broadcast_to(final, (padding, *final.shape))])
-    actions = jnp.concatenate([jnp.stack(actions), jnp.full((padding, config.batch_size), config.grid.exit_action, jnp.int32)])
-    return _as_trajectories(config, final, carry[2], visited, actions)
+    exits = jnp.full((config.batch_size,), config.grid.exit_action, jnp.int32)
+    return _as_trajectories(config, final, carry[2], jnp.stack(visited + [final] * padding), jnp.stack(actions + [exits] * padding))
 
 
 def make_gradient_step(config: GFlowNetConfig, optimizer=None):

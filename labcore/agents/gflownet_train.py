@@ -17,12 +17,32 @@ The order torch -> hybrid -> jax_policy -> jax is the migration of notebook 07, 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from typing import Any
 
 import numpy as np
 
 from labcore.agents.gflownet import GFlowNetConfig
+
+
+def _jitted_steps(config: GFlowNetConfig):
+    """(optimizer, jitted gradient step, jitted sampling step) for ``config``, compiled once per
+    model and loss: the run's length, seed and trainer do not change them, so they are dropped from
+    the cache key and a second run (a benchmark's, a notebook's) reuses the compiled functions."""
+    return _jitted_steps_for(dataclasses.replace(config, trainer="torch", iterations=1, seed=0, l1_samples=1))
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_steps_for(config: GFlowNetConfig):
+    import jax
+
+    from labcore.agents import gflownet
+
+    optimizer = gflownet.make_optimizer(config)
+    return (optimizer, jax.jit(gflownet.make_gradient_step(config, optimizer)),
+            jax.jit(functools.partial(gflownet.sampling_step, config)))
 
 
 def train(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
@@ -55,7 +75,6 @@ def train_jax(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
 
 
 def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
-    import jax
     import torch
 
     from labcore.agents import gflownet
@@ -66,11 +85,8 @@ def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]
     env = ref.HyperGridEnv(config.ndim, config.height)
     agent = ref.GFlowNetAgent(config.ndim, config.height, config.hidden_size, config.num_layers)
     params = ref.to_jax_params(agent)
-    optimizer = gflownet.make_optimizer(config)
+    optimizer, gradient_step, _ = _jitted_steps(config)
     opt_state = optimizer.init(params)
-
-    gradient_step = jax.jit(gflownet.make_gradient_step(config, optimizer))
-
     seconds = {"sampling": 0.0, "conversion": 0.0, "gradient": 0.0, "sync": 0.0}
     terminals: list[np.ndarray] = []
     losses = []
@@ -96,18 +112,14 @@ def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]
 def train_jax_policy(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
     """Phase 2: parameters and policy in JAX, sampling still a Python loop of jitted steps. Same
     initial parameters and keys as ``train_jax``, so the same trajectories while the two agree."""
-    import functools
-
     import jax
 
     from labcore.agents import gflownet
 
     init_key, loop_key = jax.random.split(jax.random.key(config.seed))  # as make_train
     params = gflownet.init_params(config, init_key)
-    optimizer = gflownet.make_optimizer(config)
+    optimizer, gradient_step, sampling_step = _jitted_steps(config)
     opt_state = optimizer.init(params)
-    gradient_step = jax.jit(gflownet.make_gradient_step(config, optimizer))
-    sampling_step = jax.jit(functools.partial(gflownet.sampling_step, config))
     seconds = {"sampling": 0.0, "gradient": 0.0}
     terminals: list[np.ndarray] = []
     losses = []
@@ -123,3 +135,63 @@ def train_jax_policy(config: GFlowNetConfig, log_every: int = 100) -> dict[str, 
         terminals.append(np.ravel_multi_index(tuple(states[np.arange(len(lengths)), lengths - 1].T), (config.height,) * config.ndim))
     l1 = gflownet.l1_curve(config, np.stack(terminals), log_every)
     return {"losses": losses, "l1": l1, "params": params, "seconds": seconds}
+
+
+def profile_phases(config: GFlowNetConfig, warmup: int = 20) -> dict[str, float]:
+    """Milliseconds per iteration in each phase of the torch / hybrid / jax_policy trainer, and
+    iterations per second: a run of ``warmup`` iterations (JAX's compile) is subtracted from a run
+    of warmup + ``config.iterations``."""
+    # A first short run fills JAX's in-process compilation caches, so that the two measured runs
+    # below pay the same (small) start-up cost and the subtraction removes it.
+    train(dataclasses.replace(config, iterations=warmup), log_every=warmup)
+    short = train(dataclasses.replace(config, iterations=warmup), log_every=warmup)["seconds"]
+    full = train(dataclasses.replace(config, iterations=warmup + config.iterations), log_every=config.iterations)["seconds"]
+    per_iteration = {phase: 1000 * (full[phase] - short[phase]) / config.iterations for phase in full}
+    total = sum(per_iteration.values())
+    return {**{f"{phase} (ms)": value for phase, value in per_iteration.items()}, "iteration (ms)": total,
+            "iterations/s": 1000 / total}
+
+
+def time_gradient_step(config: GFlowNetConfig, repeats: int = 100) -> dict[str, float]:
+    """Milliseconds of one gradient step on a fixed batch, PyTorch (forward, backward, Adam) and the
+    jitted JAX step, each timed in a loop of its own. Inside the hybrid loop the JAX step is slower
+    than this: PyTorch's OpenMP workers keep spinning for a while after each sampling op and take
+    CPU cores from XLA's threads (on a 2-core machine, most of them)."""
+    import jax
+    import torch
+
+    from labcore.agents import gflownet
+    from labcore.torch_ref import gflownet as ref
+
+    torch.manual_seed(config.seed)
+    env = ref.HyperGridEnv(config.ndim, config.height)
+    agent = ref.GFlowNetAgent(config.ndim, config.height, config.hidden_size, config.num_layers)
+    batch = ref.sample(agent, env, config.batch_size, 0.0, torch.Generator().manual_seed(config.seed))
+    optimizer = ref.make_optimizer(agent, config.learning_rate, config.log_z_learning_rate)
+
+    def torch_step() -> float:
+        loss = ref.loss_of(agent, env, batch, config.loss, config.uniform_backward, config.subtb_lambda)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    params = ref.to_jax_params(agent)
+    jax_optimizer = gflownet.make_optimizer(config)
+    state = [params, jax_optimizer.init(params)]
+    jax_batch = ref.batch_to_jax(batch)
+    step = jax.jit(gflownet.make_gradient_step(config, jax_optimizer))
+
+    def jax_step() -> float:
+        state[0], state[1], loss = step(state[0], state[1], jax_batch)
+        return float(loss)
+
+    times = {}
+    for name, one_step in (("torch", torch_step), ("jax", jax_step)):
+        for _ in range(10):  # warm-up (and JAX's compile)
+            one_step()
+        started = time.perf_counter()
+        for _ in range(repeats):
+            one_step()
+        times[name] = 1000 * (time.perf_counter() - started) / repeats
+    return times
