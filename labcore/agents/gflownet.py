@@ -342,6 +342,12 @@ def sample_trajectories_stepwise(config: GFlowNetConfig, params: dict[str, Any],
     return _as_trajectories(config, final, carry[2], jnp.stack(visited + [final] * padding), jnp.stack(actions + [exits] * padding))
 
 
+def terminal_indices(grid: HyperGrid, batch: Trajectories) -> jax.Array:
+    """[B] ``hypergrid.state_index`` of each trajectory's terminal state x = states[b, L_b - 1]."""
+    terminal = batch.states[jnp.arange(batch.states.shape[0]), batch.lengths - 1]
+    return hypergrid.state_index(grid, terminal)
+
+
 def make_gradient_step(config: GFlowNetConfig, optimizer=None):
     """A pure ``(params, opt_state, batch) -> (params, opt_state, loss)``: value_and_grad of
     ``loss_fn`` and one optax step. The hybrid trainer jits it alone; make_train scans it."""
@@ -366,8 +372,7 @@ def make_train(config: GFlowNetConfig):
         params, opt_state = carry
         batch = sample_trajectories(config, params, key)  # integer states: no gradient flows through sampling
         params, opt_state, loss = gradient_step(params, opt_state, batch)
-        terminal = batch.states[jnp.arange(config.batch_size), batch.lengths - 1]
-        return (params, opt_state), (loss, hypergrid.state_index(grid, terminal))
+        return (params, opt_state), (loss, terminal_indices(grid, batch))
 
     def train(key: jax.Array):
         init_key, loop_key = jax.random.split(key)

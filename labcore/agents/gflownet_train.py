@@ -131,8 +131,7 @@ def train_jax_policy(config: GFlowNetConfig, log_every: int = 100) -> dict[str, 
         losses.append(float(loss))  # waits for the step
         seconds["sampling"] += sampled - started
         seconds["gradient"] += time.perf_counter() - sampled
-        states, lengths = np.asarray(batch.states), np.asarray(batch.lengths)
-        terminals.append(np.ravel_multi_index(tuple(states[np.arange(len(lengths)), lengths - 1].T), (config.height,) * config.ndim))
+        terminals.append(np.asarray(gflownet.terminal_indices(config.grid, batch)))
     l1 = gflownet.l1_curve(config, np.stack(terminals), log_every)
     return {"losses": losses, "l1": l1, "params": params, "seconds": seconds}
 
@@ -157,10 +156,8 @@ def time_gradient_step(config: GFlowNetConfig, repeats: int = 100) -> dict[str, 
     jitted JAX step, each timed in a loop of its own. Inside the hybrid loop the JAX step is slower
     than this: PyTorch's OpenMP workers keep spinning for a while after each sampling op and take
     CPU cores from XLA's threads (on a 2-core machine, most of them)."""
-    import jax
     import torch
 
-    from labcore.agents import gflownet
     from labcore.torch_ref import gflownet as ref
 
     torch.manual_seed(config.seed)
@@ -177,10 +174,9 @@ def time_gradient_step(config: GFlowNetConfig, repeats: int = 100) -> dict[str, 
         return loss.item()
 
     params = ref.to_jax_params(agent)
-    jax_optimizer = gflownet.make_optimizer(config)
+    jax_optimizer, step, _ = _jitted_steps(config)  # the hybrid trainer's compiled step
     state = [params, jax_optimizer.init(params)]
     jax_batch = ref.batch_to_jax(batch)
-    step = jax.jit(gflownet.make_gradient_step(config, jax_optimizer))
 
     def jax_step() -> float:
         state[0], state[1], loss = step(state[0], state[1], jax_batch)
