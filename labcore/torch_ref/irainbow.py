@@ -514,7 +514,8 @@ def iqn_params_from_flax(params: Mapping, net: IQN) -> None:
         for flax_name, torch_name in mapping.items():
             if flax_name not in params[name]:
                 raise ValueError(f"Flax params lack {name}/{flax_name}")
-            value = np.asarray(params[name][flax_name], dtype=np.float32)
+            # a copy: np.asarray of a JAX array is read-only, and torch.from_numpy warns on those
+            value = np.array(params[name][flax_name], dtype=np.float32, copy=True)
             target = getattr(layer, torch_name)
             flax_shape = tuple(target.shape[::-1])  # kernels are [in, out], weights [out, in]; 1-d unchanged
             if tuple(value.shape) != flax_shape:
