@@ -225,6 +225,37 @@ def l1_mean_form(terminal_indices, target):
     return l1_right(terminal_indices, target) / len(target)
 
 
+def noisy_linear_right(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+    if deterministic:
+        return jnp.dot(x, kernel) + bias
+    return jnp.dot(x, kernel + sigma_kernel * eps_kernel) + bias + sigma_bias * eps_bias
+
+
+def noisy_linear_noisy_in_eval_too(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+    return x @ (kernel + sigma_kernel * eps_kernel) + bias + sigma_bias * eps_bias  # ignores deterministic
+
+
+def quantile_huber_right(td, taus, valid):
+    abs_td = jnp.abs(td)
+    huber = jnp.where(abs_td <= 1.0, 0.5 * td**2, abs_td - 0.5)
+    below = (td < 0).astype(jnp.float32)
+    return jnp.mean(jnp.abs(taus - below) * huber * valid[:, :, None])
+
+
+def quantile_huber_summed_over_targets(td, taus, valid):
+    terms = jnp.abs(taus - (td < 0)) * jnp.where(jnp.abs(td) <= 1.0, 0.5 * td**2, jnp.abs(td) - 0.5)
+    return jnp.mean(jnp.sum(terms * valid[:, :, None], axis=2))  # the usual IQN form, not the original's mean
+
+
+def current_state_right(states, idx, n_frames):
+    rows = jnp.mod(idx - (n_frames - 1) + jnp.arange(n_frames - 1), states.shape[0])
+    return jnp.take(states, rows, axis=0)
+
+
+def current_state_newest_first(states, idx, n_frames):
+    return states[(idx - 1 - jnp.arange(n_frames - 1)) % states.shape[0]]
+
+
 RIGHT = {
     "stable_softmax": softmax_right,
     "set_diagonal": diagonal_right,
@@ -247,6 +278,9 @@ RIGHT = {
     "hypergrid_reward": hypergrid_reward_right,
     "trajectory_balance": trajectory_balance_right,
     "l1_sum_form": l1_right,
+    "noisy_linear": noisy_linear_right,
+    "quantile_huber_loss": quantile_huber_right,
+    "current_state": current_state_right,
 }
 WRONG = {
     "stable_softmax": softmax_naive,
@@ -270,6 +304,9 @@ WRONG = {
     "hypergrid_reward": hypergrid_reward_inclusive_bounds,
     "trajectory_balance": trajectory_balance_sums_the_padding,
     "l1_sum_form": l1_mean_form,
+    "noisy_linear": noisy_linear_noisy_in_eval_too,
+    "quantile_huber_loss": quantile_huber_summed_over_targets,
+    "current_state": current_state_newest_first,
 }
 
 
@@ -359,3 +396,33 @@ def test_first_mismatch_compares_pytrees():
     assert "structure" in exercises.first_mismatch((jnp.ones(3),), a)
     assert "dtype" in exercises.first_mismatch(jnp.array([True]), jnp.array([1.0]))
     assert "nan" in exercises.first_mismatch(jnp.array([jnp.nan]), jnp.array([1.0])).lower()
+
+
+def test_quantile_huber_reference_is_the_pytorch_originals_loss():
+    torch = pytest.importorskip("torch")
+    from labcore.torch_ref import irainbow
+
+    exercise = exercises.get("quantile_huber_loss")
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        td, taus, valid = exercise.make_inputs(rng)
+        terms = irainbow.quantile_huber_terms(torch.from_numpy(td), torch.from_numpy(taus), torch.from_numpy(valid))
+        np.testing.assert_allclose(exercise.reference(td, taus, valid), terms.mean().numpy(), rtol=1e-6)
+
+
+def test_current_state_is_checked_under_jit_with_a_traced_index(capsys):
+    def the_plans_two_slices(states, idx, n_frames):
+        if idx < n_frames - 1:  # a Python branch on the write position: fails once idx is traced
+            return jnp.concatenate([states[idx - (n_frames - 1):], states[:idx]])
+        return states[idx - (n_frames - 1):idx]
+
+    assert not exercises.check("current_state", the_plans_two_slices, seed=0)
+    assert "TracerBoolConversionError" in capsys.readouterr().out
+
+
+def test_noisy_linear_is_checked_in_both_modes(capsys):
+    def mean_weights_only(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+        return x @ kernel + bias  # right in eval mode, wrong in training mode
+
+    assert not exercises.check("noisy_linear", mean_weights_only, seed=0)
+    assert "output[0]" in capsys.readouterr().out
