@@ -12,9 +12,11 @@
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
     python -m labcore train gflownet --trainer hybrid --loss tb --ndim 4 --height 8 --iterations 2000
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
+    python -m labcore train iqn --mode jax_fused --epochs 200 --run-dir runs/iqn [--n-worlds 8 ...]
+    python -m labcore eval iqn --checkpoint runs/iqn --epochs 10
 
-Every field of DQNConfig, PPOConfig and GFlowNetConfig is a flag of ``train dqn``, ``train ppo``
-and ``train gflownet`` (``--help`` lists them with their defaults).
+Every field of DQNConfig, PPOConfig, GFlowNetConfig and IQNRunConfig is a flag of ``train dqn``,
+``train ppo``, ``train gflownet`` and ``train iqn`` (``--help`` lists them with their defaults).
 """
 
 from __future__ import annotations
@@ -86,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     train_gfn.add_argument("--log-every", type=_positive_int, default=100, help="iterations between L1 measurements")
     train_gfn.add_argument("--run-dir", default=None, help="folder for metrics.jsonl/csv and summary.json")
 
+    train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
+    _add_config_flags(train_iqn, "IQNRunConfig")
+    train_iqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, checkpoint, summary")
+    train_iqn.add_argument("--log-every", type=_positive_int, default=10, help="epochs between metric-file writes")
+    train_iqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    train_iqn.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
     eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
     eval_dqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
@@ -98,7 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     eval_ppo.add_argument("--step", type=int, default=None, help="checkpoint step in updates (default: the newest)")
     eval_ppo.add_argument("--episodes", type=_positive_int, default=100)
     eval_ppo.add_argument("--seed", type=int, default=10_000)
+    eval_iqn = evaluate.add_parser("iqn", help="greedy play (epsilon 0) of an IQN checkpoint, beside random play")
+    eval_iqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
+    eval_iqn.add_argument("--step", type=int, default=None, help="checkpoint step in epochs (default: the newest)")
+    eval_iqn.add_argument("--epochs", type=_positive_int, default=10, help="epochs of greedy play")
+    eval_iqn.add_argument("--seed", type=int, default=10_000)
+    # The world and network flags override the checkpoint's config (a network flag that does not
+    # fit the saved parameters is an error); the training-only fields are not flags here.
+    _add_config_flags(eval_iqn, "IQNRunConfig", exclude=_IQN_TRAINING_ONLY)
     return parser
+
+
+# IQNRunConfig fields that only describe how a run trains, not the agents or the world.
+_IQN_TRAINING_ONLY = ("mode", "epochs", "seed", "n_worlds", "epochs_per_call")
 
 
 def _flag_type(annotation: str):
@@ -111,6 +132,10 @@ def _flag_type(annotation: str):
 
 
 def _config_class(name: str):
+    if name == "IQNRunConfig":  # its own import: the other configs need not load for it
+        from labcore.agents.iqn_modes import IQNRunConfig
+
+        return IQNRunConfig
     from labcore.agents.dqn import DQNConfig
     from labcore.agents.gflownet import GFlowNetConfig
     from labcore.agents.ppo import PPOConfig
@@ -118,9 +143,12 @@ def _config_class(name: str):
     return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig, "GFlowNetConfig": GFlowNetConfig}[name]
 
 
-def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNConfig") -> None:
+def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNConfig",
+                      exclude: tuple[str, ...] = ()) -> None:
     group = parser.add_argument_group(f"{config_class} fields (unset flags keep the preset's value)")
     for field in dataclasses.fields(_config_class(config_class)):
+        if field.name in exclude:
+            continue
         flag = "--" + ("env" if field.name == "env_id" else field.name.replace("_", "-"))
         default = field.default
         if field.type == "bool":
@@ -217,6 +245,46 @@ def _train_gflownet(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cpu_scheduler_flag() -> None:
+    """Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
+    with its concurrency-optimised scheduler (shared platform notes); ``train iqn`` vmaps whole
+    epochs over worlds and agents, so it turns that scheduler off, as the tests and benchmarks do.
+    Called by ``main`` before the parser is built (building it imports the configs, hence jax)."""
+    import os
+
+    flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+    if "jax" not in sys.modules and flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+
+
+def _train_iqn(args: argparse.Namespace) -> int:
+    from labcore.agents import iqn_modes
+
+    config = _config_from(args, "IQNRunConfig")
+    print(config)
+    result = iqn_modes.run(config, run_dir=args.run_dir, log_every=args.log_every, progress=not args.no_progress,
+                           overwrite=args.overwrite)
+    print(json.dumps(result.summary))
+    return 0
+
+
+def _eval_iqn(args: argparse.Namespace) -> int:
+    from labcore.agents import iqn_modes
+
+    overrides = {field.name: getattr(args, field.name) for field in dataclasses.fields(iqn_modes.IQNRunConfig)
+                 if field.name not in _IQN_TRAINING_ONLY and getattr(args, field.name) is not None}
+    config, params = iqn_modes.load_checkpoint(args.checkpoint, step=args.step, overrides=overrides)
+    greedy = iqn_modes.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=0.0)
+    random_play = iqn_modes.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=1.0)
+    for epoch, gems in enumerate(greedy["gems"]):
+        print(f"epoch {epoch}: {gems:g} gems (random play {random_play['gems'][epoch]:g})")
+    print(json.dumps({"trained_mode": config.mode, "trained_epochs": config.epochs, "n_agents": config.n_agents,
+                      "n_worlds": config.n_worlds, "epochs": args.epochs, "gems_per_epoch": greedy["gems"],
+                      "mean_gems": greedy["mean_gems"], "random_mean_gems": random_play["mean_gems"],
+                      "mean_reward": greedy["mean_reward"], "random_mean_reward": random_play["mean_reward"]}))
+    return 0
+
+
 def _train_ppo(args: argparse.Namespace) -> int:
     from labcore import devices
     from labcore.agents import ppo_run
@@ -258,10 +326,14 @@ def _eval_dqn(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:2] in (["train", "iqn"], ["eval", "iqn"]):
+        _cpu_scheduler_flag()
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
         commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_ppo,
-                    ("eval", "ppo"): _eval_ppo, ("train", "gflownet"): _train_gflownet}
+                    ("eval", "ppo"): _eval_ppo, ("train", "gflownet"): _train_gflownet, ("train", "iqn"): _train_iqn,
+                    ("eval", "iqn"): _eval_iqn}
         try:
             return commands[args.command, args.agent](args)
         except (ValueError, FileNotFoundError, FileExistsError) as error:  # bad config or env: one clear line, no traceback

@@ -1,0 +1,239 @@
+"""The four IQN run modes side by side: epochs per second, speed-up over PyTorch, and the compute floor.
+
+The seed's configuration: treasurehunt 10 x 10, 5 agents, 50 turns per epoch; iRainbow with
+layer 250, batch 256, 12 quantiles, 256 acting taus, 5 frames (``labcore.agents.iqn_modes``).
+Only steady-state epochs are timed:
+
+* every mode first plays ``--warmup`` epochs (default: just enough that every agent's buffer allows
+  a train step, ceil((batch + n_frames + 1) / 50) = 6), so every agent trains in every timed epoch;
+* epsilon is 0 throughout (``epsilon_start = 0``), so every action runs the greedy 256-tau forward
+  in every mode (PyTorch would skip it for a random action; JAX computes it either way);
+* the modes are timed in rounds, interleaved (pytorch, jax_sequential, jax_parallel, jax_fused,
+  then again), and each row reports the median round, so a noisy neighbour hits all modes alike;
+* PyTorch runs with ``--torch-threads`` threads, 1 by default: on this shared 2-core machine its
+  two OpenMP threads collapse whenever another process holds a core (measured: 0.54 s per epoch
+  on a quiet machine, 9 to 21 s per epoch beside one busy process, against 0.55 to 0.75 s with one
+  thread either way).
+
+The compute floor: the floating-point work of one epoch counted analytically (acting: agents x
+turns x one 256-tau forward; training: agents x one train step = local(next) + target(next) +
+local(states) forwards and the backward of the last), cross-checked with XLA's cost analysis of
+the compiled per-turn and end-of-epoch programs, divided by the machine's measured float32 matmul
+rate at the shapes that dominate ([1280, 250] x [250, 250]: 5 agents x 256 taus; [3072, 250] x
+[250, 250]: 256 samples x 12 quantiles), and beside it at 1024^3. ``jax_fused / floor`` says how
+far the fused program is from doing nothing but those matmuls at that rate.
+
+Also jax_fused with 1, 8 and 32 worlds of 5 agents each (``--worlds``): epochs per second and
+world-epochs per second.
+
+    python benchmarks/iqn_modes.py
+    python benchmarks/iqn_modes.py --epochs 5 --rounds 2 --modes jax_parallel jax_fused --worlds 1 8
+
+Writes benchmarks/results/iqn_modes.json and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import statistics
+import time
+
+# Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
+# with its concurrency-optimised scheduler (see the platform notes); this setting avoids it.
+_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from labcore.agents import iqn_modes  # noqa: E402
+from labcore.benchmarking import time_call, write_results  # noqa: E402
+
+N_COS = 64  # the IQN's cosine features (labcore.nets.iqn.IQN.n_cos)
+
+
+def seed_config(mode: str, n_worlds: int = 1, epochs_per_call: int = 1) -> iqn_modes.IQNRunConfig:
+    """The seed's configuration with epsilon 0 (every act runs the 256-tau forward)."""
+    return iqn_modes.IQNRunConfig(mode=mode, n_worlds=n_worlds, epochs_per_call=epochs_per_call,
+                                  epsilon_start=0.0, epsilon_min=0.0)
+
+
+def warmup_epochs(config: iqn_modes.IQNRunConfig) -> int:
+    """Epochs after which every buffer allows a train step: size - n_frames - 1 >= batch_size."""
+    return math.ceil((config.batch_size + config.n_frames + 1) / config.max_turns)
+
+
+# ----------------------------------------------------------------------------------------------
+# The floor
+
+
+def forward_flops(rows: int, n_tau: int, config: iqn_modes.IQNRunConfig) -> dict[str, int]:
+    """Multiply-add FLOPs (2 per MAC) of one IQN forward on ``rows`` states with ``n_tau`` taus each, per layer."""
+    a = config.agent_config
+    L, F, A = a.layer_size, a.in_features, a.n_actions
+    return {"head1": 2 * rows * F * L, "cos_embedding": 2 * rows * n_tau * N_COS * L, "ff_1": 2 * rows * n_tau * L * L,
+            "advantage": 2 * rows * n_tau * L * A, "value": 2 * rows * n_tau * L}
+
+
+def epoch_flops(config: iqn_modes.IQNRunConfig) -> dict[str, float]:
+    """The matmul FLOPs of one epoch (elementwise work, the noise draws and the world are left out).
+
+    Acting: agents x turns greedy forwards of one state with n_tau_act taus. Training, per agent: three
+    forwards of batch x n_quantiles rows (local and target on the next states, local on the states)
+    and the backward of the last: every layer's weight gradient (as much as its forward) plus the
+    input gradient of ff_1, advantage and value (head1's and cos_embedding's inputs are data).
+    """
+    act = sum(forward_flops(1, config.n_tau_act, config).values()) * config.n_agents * config.max_turns
+    fwd = forward_flops(config.batch_size, config.n_quantiles, config)
+    backward = sum(fwd.values()) + fwd["ff_1"] + fwd["advantage"] + fwd["value"]
+    train = (3 * sum(fwd.values()) + backward) * config.n_agents
+    return {"acting": float(act), "training": float(train), "total": float(act + train)}
+
+
+def xla_flops(config: iqn_modes.IQNRunConfig, parallel: iqn_modes.JaxParallelRunner | None = None,
+              fused: iqn_modes.JaxFusedRunner | None = None) -> dict[str, float]:
+    """XLA's cost analysis of the compiled programs: jax_parallel's one turn x turns plus its end
+    of the epoch, and jax_fused's whole-epoch program as compiled (which may count a while loop's
+    body once rather than once per trip). Reuses the benchmark's runners when given."""
+    parallel = parallel or iqn_modes.JaxParallelRunner(dataclasses.replace(config, mode="jax_parallel"))
+    fused = fused or iqn_modes.JaxFusedRunner(dataclasses.replace(config, mode="jax_fused"))
+
+    def flops(compiled) -> float:
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        return float(cost.get("flops", float("nan")))
+
+    turn, end = flops(parallel._turn), flops(parallel._end)
+    return {"acting": turn * config.max_turns, "training": end, "total": turn * config.max_turns + end,
+            "fused_program": flops(fused.compile(1))}
+
+
+def matmul_rate(m: int, k: int, n: int, repeats: int = 20) -> float:
+    """GFLOP/s of a jitted float32 [m, k] @ [k, n] (median of ``repeats`` calls)."""
+    a = jax.random.normal(jax.random.key(0), (m, k), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
+    seconds = time_call(jax.jit(jnp.matmul), a, b, warmup=3, repeats=repeats).median_s
+    return 2 * m * k * n / seconds / 1e9
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+
+
+def timed_block(runner, epochs: int, per_call: int) -> float:
+    """Seconds for ``epochs`` more epochs, ``per_call`` per runner call (compiles excluded: the
+    fused runner compiles a new chunk size before its clock starts, see ``JaxFusedRunner``)."""
+    if isinstance(runner, iqn_modes.JaxFusedRunner):
+        runner.compile(per_call)
+    started = time.perf_counter()
+    done = 0
+    while done < epochs:
+        k = min(per_call, epochs - done)
+        runner.run_epochs(k)
+        done += k
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=10, help="timed epochs per mode and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (the median is reported)")
+    parser.add_argument("--modes", nargs="+", default=list(iqn_modes.MODES), choices=iqn_modes.MODES)
+    parser.add_argument("--worlds", nargs="*", type=int, default=[1, 8, 32], help="jax_fused world counts")
+    parser.add_argument("--world-epochs", type=int, default=3, help="timed epochs per world count")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads for the pytorch mode")
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args(argv)
+    if "pytorch" in args.modes:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+
+    base = seed_config("jax_fused")
+    warmup = warmup_epochs(base)
+    print(f"warm-up {warmup} epochs per mode (pre-fill), then {args.rounds} rounds of {args.epochs} timed epochs",
+          flush=True)
+
+    # Build (and compile) every runner, then pre-fill its buffers with the warm-up epochs.
+    runners, compile_s = {}, {}
+    for mode in args.modes:
+        per_call = args.epochs if mode == "jax_fused" else 1
+        runner = iqn_modes.make_runner(seed_config(mode))
+        for _ in range(warmup):
+            runner.run_epochs(1)
+        runners[mode], compile_s[mode] = (runner, per_call), runner.compile_s
+        print(f"{mode}: compiled in {runner.compile_s:.1f} s, {warmup} warm-up epochs done", flush=True)
+    if "jax_fused" in runners:  # the fused mode also one epoch per call: what the dispatch per epoch costs
+        runners["jax_fused (1 epoch/call)"] = (runners["jax_fused"][0], 1)
+        compile_s["jax_fused (1 epoch/call)"] = compile_s["jax_fused"]
+
+    # The matmul rates are measured in every round too, beside the modes, so the floor sees the
+    # same machine load as the timings it is compared with (the median round of each is used).
+    shapes = {"act": (base.n_agents * base.n_tau_act, base.layer_size, base.layer_size),
+              "train": (base.batch_size * base.n_quantiles, base.layer_size, base.layer_size), "square": (1024, 1024, 1024)}
+    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    rates: dict[str, list[float]] = {name: [] for name in shapes}
+    for round_index in range(args.rounds):
+        for name, (runner, per_call) in runners.items():
+            seconds[name].append(timed_block(runner, args.epochs, per_call) / args.epochs)
+        for name, shape in shapes.items():
+            rates[name].append(matmul_rate(*shape))
+        print(f"round {round_index + 1}: " + ", ".join(f"{n} {s[-1]:.3f} s/epoch" for n, s in seconds.items())
+              + "; matmul GFLOP/s " + ", ".join(f"{n} {r[-1]:.0f}" for n, r in rates.items()), flush=True)
+
+    analytic = epoch_flops(base)
+    xla = xla_flops(base, runners.get("jax_parallel", (None,))[0], runners.get("jax_fused", (None,))[0])
+    rate_act, rate_train, rate_square = (statistics.median(rates[name]) for name in ("act", "train", "square"))
+    floor = analytic["acting"] / (rate_act * 1e9) + analytic["training"] / (rate_train * 1e9)
+    floor_square = analytic["total"] / (rate_square * 1e9)
+    print(f"analytic GFLOP/epoch {analytic['total'] / 1e9:.2f} (acting {analytic['acting'] / 1e9:.2f}, training "
+          f"{analytic['training'] / 1e9:.2f}); XLA cost analysis {xla['total'] / 1e9:.2f}; matmul GFLOP/s: "
+          f"[1280,250]x[250,250] {rate_act:.1f}, [3072,250]x[250,250] {rate_train:.1f}, 1024^3 {rate_square:.1f}; "
+          f"floor {floor:.3f} s/epoch ({floor_square:.3f} at the 1024^3 rate)", flush=True)
+
+    rows = []
+    reference = statistics.median(seconds["pytorch"]) if "pytorch" in seconds else None
+    for name, values in seconds.items():
+        median = statistics.median(values)
+        label = f"pytorch ({args.torch_threads} torch thread{'s' * (args.torch_threads > 1)})" if name == "pytorch" else name
+        rows.append({"mode": label, "worlds": 1, "s/epoch (median)": median, "s/epoch (min)": min(values),
+                     "epochs/s": 1 / median, "world-epochs/s": 1 / median,
+                     "speed-up vs pytorch": None if reference is None else reference / median,
+                     "x floor": median / floor, "compile (s)": compile_s[name]})
+    rows.append({"mode": "floor (matmuls at the measured rate)", "worlds": 1, "s/epoch (median)": floor,
+                 "epochs/s": 1 / floor, "speed-up vs pytorch": None if reference is None else reference / floor,
+                 "x floor": 1.0})
+
+    # jax_fused over many worlds, one epoch per call (one compile; the dispatch is negligible here).
+    for n_worlds in args.worlds:
+        runner = iqn_modes.make_runner(seed_config("jax_fused", n_worlds))
+        for _ in range(warmup):
+            runner.run_epochs(1)
+        per_epoch = timed_block(runner, args.world_epochs, 1) / args.world_epochs
+        rows.append({"mode": "jax_fused", "worlds": n_worlds, "s/epoch (median)": per_epoch, "epochs/s": 1 / per_epoch,
+                     "world-epochs/s": n_worlds / per_epoch, "x floor": per_epoch / (n_worlds * floor),
+                     "compile (s)": runner.compile_s})
+        print(rows[-1], flush=True)
+        del runner
+
+    columns = ["mode", "worlds", "s/epoch (median)", "s/epoch (min)", "epochs/s", "world-epochs/s", "speed-up vs pytorch",
+               "x floor", "compile (s)"]
+    write_results("iqn_modes", rows, out_dir=args.out, columns=columns, extra={
+        "config": base.as_dict(), "epsilon": 0.0, "warmup_epochs": warmup, "timed_epochs": args.epochs,
+        "torch_threads": args.torch_threads,
+        "rounds": args.rounds, "seconds_per_round": seconds,
+        "gflop_per_epoch": {"analytic": {k: v / 1e9 for k, v in analytic.items()},
+                            "xla_cost_analysis": {k: v / 1e9 for k, v in xla.items()}},
+        "matmul_gflops": {"[1280,250]x[250,250]": rate_act, "[3072,250]x[250,250]": rate_train, "1024^3": rate_square},
+        "matmul_gflops_per_round": rates,
+        "floor_s_per_epoch": floor, "floor_s_per_epoch_1024_rate": floor_square,
+        "note": ("steady state: buffers pre-filled so every agent trains every timed epoch; "
+                 "epsilon 0 so every act runs the 256-tau forward"),
+    })
+
+
+if __name__ == "__main__":
+    main()
