@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import envs
+from labcore import devices, envs
 from labcore.agents import dqn, dqn_loop
 from labcore.benchmarking import time_call, write_results
 
@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--breakout-steps", type=int, default=2_000)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
+    # Both loops call a jitted function per env step and need its result before the next step.
+    # Before the first JAX computation: run CPU calls on the calling thread (see the function).
+    devices.synchronous_cpu_dispatch()
 
     cartpole = dqn.DQNConfig(learning_starts=2_000, exploration_fraction=0.01, total_steps=100_000)
     setups = [

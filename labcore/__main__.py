@@ -329,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words[:2] in (["train", "iqn"], ["eval", "iqn"]):
         _cpu_scheduler_flag()
+    if words[:2] in (["train", "dqn"], ["eval", "dqn"]):
+        from labcore import devices
+
+        devices.synchronous_cpu_dispatch()  # a per-step host loop: no thread hand-off per jitted call
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
         commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_ppo,

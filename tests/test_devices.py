@@ -1,5 +1,7 @@
 import pathlib
+import subprocess
 import sys
+import textwrap
 
 import jax
 
@@ -95,3 +97,24 @@ def test_auto_tune_follows_the_seeds_colab_settings_and_only_shrinks():
     odd = PPOConfig(num_envs=96, num_steps=128, num_minibatches=3)
     tuned, changes = devices.auto_tune(odd, fake_report("gpu", 6))
     assert tuned.num_minibatches == 2 and "num_minibatches: 3 -> 2 (gpu-small)" in changes
+
+
+def test_synchronous_cpu_dispatch_takes_effect_only_before_jax_runs():
+    # A fresh interpreter: the setting is read when JAX creates its CPU backend.
+    script = textwrap.dedent("""
+        import warnings
+        from labcore import devices
+        from labcore.agents import dqn_loop  # importing labcore's agents must not start a backend
+        assert devices.synchronous_cpu_dispatch() is True
+        import jax, jax.numpy as jnp
+        assert jax.config.values["jax_cpu_enable_async_dispatch"] is False
+        assert float(jnp.ones(3).sum()) == 3.0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert devices.synchronous_cpu_dispatch() is False
+        assert any("restart" in str(w.message) for w in caught), caught
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")

@@ -149,6 +149,18 @@ def init_replay(config: dqn.DQNConfig, obs_shape, obs_dtype):
     return replay.init(example, config.buffer_size)
 
 
+def _empty_chunk(rows: int, num_envs: int, obs_shape, obs_dtype) -> tuple[dqn.Transition, np.ndarray]:
+    """Host arrays for ``rows`` env steps of ``num_envs`` envs: a Transition [rows, N, ...] and episode ends [rows, N]."""
+    transition = dqn.Transition(
+        obs=np.empty((rows, num_envs, *obs_shape), obs_dtype),
+        action=np.empty((rows, num_envs), np.int32),
+        reward=np.empty((rows, num_envs), np.float32),
+        next_obs=np.empty((rows, num_envs, *obs_shape), obs_dtype),
+        terminated=np.empty((rows, num_envs), bool),
+    )
+    return transition, np.empty((rows, num_envs), bool)
+
+
 def _updates_due(step_before: int, step_after: int, config: dqn.DQNConfig) -> int:
     """Updates owed for agent steps (step_before, step_after]: one per multiple of train_frequency."""
     if step_after <= config.learning_starts:
@@ -235,10 +247,12 @@ def train(
 
     # Transitions wait on the host until an update is due: chunks end at multiples of
     # train_frequency agent steps (or every step when num_envs does not divide it).
+    # Each chunk is written in place into fresh numpy arrays [rows, N, ...] (fresh, because the
+    # arrays handed to `learn` must not change afterwards).
     steps_per_chunk = config.train_frequency if config.train_frequency % config.num_envs == 0 else config.num_envs
-    chunk: list[dqn.Transition] = []
-    chunk_ends: list[np.ndarray] = []
-    chunk_start = step
+    chunk_rows = steps_per_chunk // config.num_envs
+    chunk, chunk_ends = _empty_chunk(chunk_rows, config.num_envs, obs_shape, obs_dtype)
+    chunk_row, chunk_start = 0, step
 
     logger = MetricsLogger(run_dir)
     recent = deque(episode_returns[-20:], maxlen=20)
@@ -251,18 +265,13 @@ def train(
         actions = np.asarray(act(train_state.params, obs, step, act_key))
         next_obs, reward, terminated, truncated, info = vector_env.step(actions)
         done = terminated | truncated
-        learn_terminated = terminated | (_life_lost(info, config.num_envs) if life_loss_terminal else False)
-        chunk.append(
-            dqn.Transition(
-                obs=obs,
-                action=actions.astype(np.int32),
-                reward=reward.astype(np.float32),
-                next_obs=_final_observations(next_obs, done, info),
-                terminated=np.asarray(learn_terminated, bool),
-            )
-        )
-        chunk_ends.append(done)
-        obs, step = next_obs, step + config.num_envs
+        chunk.obs[chunk_row] = obs
+        chunk.action[chunk_row] = actions
+        chunk.reward[chunk_row] = reward
+        chunk.next_obs[chunk_row] = _final_observations(next_obs, done, info)
+        chunk.terminated[chunk_row] = (terminated | _life_lost(info, config.num_envs)) if life_loss_terminal else terminated
+        chunk_ends[chunk_row] = done
+        obs, step, chunk_row = next_obs, step + config.num_envs, chunk_row + 1
         for score, _length in _finished_episodes(done, info):
             episode_returns.append(score)
             recent.append(score)
@@ -272,13 +281,15 @@ def train(
 
         # End of a chunk: store it and apply the updates that fell due while collecting it.
         num_updates = _updates_due(chunk_start, step, config)
-        stacked = jax.tree_util.tree_map(lambda *leaves: np.stack(leaves), *chunk)
+        if chunk_row < chunk_rows:  # a short chunk: after a resume, or at the end of the run
+            chunk, chunk_ends = jax.tree_util.tree_map(lambda leaf: leaf[:chunk_row], (chunk, chunk_ends))
         train_state, replay_state, update_metrics = learn(
-            train_state, replay_state, stacked, np.stack(chunk_ends), step, learn_key, num_updates=num_updates
+            train_state, replay_state, chunk, chunk_ends, step, learn_key, num_updates=num_updates
         )
         if num_updates:
             metrics = update_metrics
-        chunk, chunk_ends, chunk_start = [], [], step
+        chunk, chunk_ends = _empty_chunk(chunk_rows, config.num_envs, obs_shape, obs_dtype)
+        chunk_row, chunk_start = 0, step
 
         if step // log_every > last_log_step // log_every or step >= end_step:
             now = time.perf_counter()
