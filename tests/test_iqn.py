@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -89,10 +90,18 @@ def test_noisy_linear_deterministic_uses_mean_weights_and_noise_comes_from_rngs(
 def test_noisy_linear_errors():
     layer = NoisyLinear(in_features=5, out_features=3)
     params = layer.init(jax.random.key(0), jnp.zeros((1, 5)), deterministic=True)["params"]
-    with pytest.raises(ValueError, match=r"rngs=\{'noise': key\}"):
+    with pytest.raises(ValueError, match=r"^NoisyLinear was called .*rngs=\{'noise': key\}"):
         layer.apply({"params": params}, jnp.zeros((2, 5)), deterministic=False)
-    with pytest.raises(ValueError, match=r"in_features=5.*\(2, 4\)"):
+    with pytest.raises(ValueError, match=r"^NoisyLinear expects .*in_features=5.*\(2, 4\)"):
         layer.apply({"params": params}, jnp.zeros((2, 4)), deterministic=True)
+
+    class Wrapper(nn.Module):  # inside a model, the message names the layer
+        @nn.compact
+        def __call__(self, x):
+            return NoisyLinear(in_features=5, out_features=3, name="ff_1")(x, deterministic=True)
+
+    with pytest.raises(ValueError, match=r"^NoisyLinear 'ff_1' expects"):
+        Wrapper().init(jax.random.key(0), jnp.zeros((1, 4)))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -63,9 +63,11 @@ class NoisyLinear(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+        # Standalone (not inside another module) a layer has no name: say just "NoisyLinear".
+        label = "NoisyLinear" if self.name is None else f"NoisyLinear {self.name!r}"
         if x.shape[-1] != self.in_features:
             raise ValueError(
-                f"NoisyLinear {self.name!r} expects inputs with last axis in_features={self.in_features}, "
+                f"{label} expects inputs with last axis in_features={self.in_features}, "
                 f"got shape {tuple(x.shape)}"
             )
         bound = math.sqrt(3.0 / self.in_features)
@@ -78,7 +80,7 @@ class NoisyLinear(nn.Module):
             return x @ kernel + bias
         if not self.has_rng("noise"):
             raise ValueError(
-                f"NoisyLinear {self.name!r} was called with deterministic=False but no 'noise' RNG: "
+                f"{label} was called with deterministic=False but no 'noise' RNG: "
                 "pass rngs={'noise': key} to apply (or deterministic=True for the mean weights)"
             )
         kernel_key, bias_key = jax.random.split(self.make_rng("noise"))
