@@ -43,7 +43,7 @@ lab: $(PACKAGE_STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(LAB_ARGS)
 
 test: $(PACKAGE_STAMP)
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT)
+	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=15
 
 doctor: $(PACKAGE_STAMP)
 	$(BIN)/python -m labcore doctor
