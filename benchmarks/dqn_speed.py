@@ -14,6 +14,8 @@ batch 32, one update every 4 steps), in one run on one machine:
   train frequency if acting and the env were free (the compute floor).
 
 Learning is on from the start (a short fill first) so the timed window is all learning steps.
+Both loops run with ``labcore.devices.synchronous_cpu_dispatch()`` (set before JAX starts), as
+``python -m labcore train dqn`` and notebook 01 do: each step needs its action before the next.
 
     python benchmarks/dqn_speed.py                         # CartPole 20k steps, Breakout 2k
     python benchmarks/dqn_speed.py --cartpole-steps 50000 --breakout-steps 4000
