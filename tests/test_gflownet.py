@@ -335,12 +335,13 @@ def test_jax_trainer_vmaps_over_seeds():
 
 @pytest.mark.parametrize("loss", ["tb", "db", "fl", "subtb", "fm"])
 def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
-    """D=2/H=8, the all-JAX trainer, 3,000 iterations of 16 trajectories: the L1 (sum form) of the
-    last 20,000 samples against the exact target ends below 0.1 (it starts near 0.2-0.9)."""
+    """D=2/H=8, the all-JAX trainer, 2,000 iterations of 16 trajectories: the L1 (sum form) of the
+    last 20,000 samples against the exact target ends below 0.1 (measured: 0.031-0.040 for every
+    loss; 0.08-0.27 after 500 iterations)."""
     from labcore.agents import gflownet_train
     from labcore.agents.gflownet import GFlowNetConfig
 
-    config = GFlowNetConfig(loss=loss, trainer="jax", iterations=3000, batch_size=16, l1_samples=20_000)
+    config = GFlowNetConfig(loss=loss, trainer="jax", iterations=2000, batch_size=16, l1_samples=20_000)
     result = gflownet_train.train(config, log_every=500)
     assert result["l1"][-1][1] < 0.1, result["l1"]
     assert result["l1"][0][1] > result["l1"][-1][1]
