@@ -42,8 +42,11 @@ $(PACKAGE_STAMP): $(STAMP) pyproject.toml
 lab: $(PACKAGE_STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(LAB_ARGS)
 
+# Two pytest runs: the unit tests with tests/conftest.py's XLA flags (compile-bound, so LLVM at
+# -O0), then every notebook in kernels that see only the caller's environment, as a user's would.
 test: $(PACKAGE_STAMP)
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=15
+	$(BIN)/python -m pytest tests --durations=10
+	$(BIN)/python -m pytest notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10
 
 doctor: $(PACKAGE_STAMP)
 	$(BIN)/python -m labcore doctor
