@@ -1,5 +1,6 @@
 """Masked PPO: the masked policy maths, GAE and losses against references, learning, resume."""
 
+import json
 import tempfile
 import warnings
 
@@ -190,7 +191,18 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     from labcore.agents import ppo_run
 
     config = small_vault()  # 6 updates
-    straight = ppo_run.train(config, tmp_path / "straight", log_every=1, progress=False, eval_episodes=0)
+    # "straight" goes into a folder that holds an earlier run (10 logged rows) and a file of the user's
+    earlier = tmp_path / "straight"
+    earlier.mkdir()
+    (earlier / "metrics.jsonl").write_text('{"update": 1}\n' * 10)
+    (earlier / "summary.json").write_text("{}")
+    (earlier / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds an earlier run"):
+        ppo_run.train(config, earlier, progress=False)
+    straight = ppo_run.train(config, earlier, log_every=1, progress=False, eval_episodes=0, overwrite=True)
+    assert len(straight.metrics) == 6 and len(read_metrics(earlier)) == 6  # replaced, not appended
+    assert json.loads((earlier / "summary.json").read_text())["timesteps"] == 6 * 128
+    assert (earlier / "notes.txt").read_text() == "mine"  # overwrite deletes the run's files, and only those
     interrupted = tmp_path / "interrupted"
     ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, progress=False, eval_episodes=0)
     import shutil
@@ -209,6 +221,4 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     with pytest.raises(ValueError, match="different config"):
         ppo_run.train(small_vault(seed=1), interrupted, resume=True, progress=False)
     with pytest.raises(FileExistsError, match="holds an earlier run"):
-        ppo_run.train(config, tmp_path / "straight", progress=False)
-    again = ppo_run.train(config, tmp_path / "straight", log_every=1, progress=False, eval_episodes=0, overwrite=True)
-    assert len(again.metrics) == 6 and len(read_metrics(tmp_path / "straight")) == 6  # replaced, not appended
+        ppo_run.train(config, earlier, progress=False)  # now it holds the straight run
