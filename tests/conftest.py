@@ -12,9 +12,11 @@ import pytest
 # training runs are vmapped (see shared platform notes), and LLVM at -O0. The unit tests are
 # compile-bound: most compile a small program and run it for well under a second, and XLA's CPU
 # backend at -O0 compiles about 40% faster (tests/ on the 2-core machine: 946 s -> 780 s) while
-# computing the same functions; the few tests that train for long run slower, less than the rest
-# gains. Processes the tests launch inherit the flags. The notebooks run in their own pytest
-# invocation (see the Makefile) and compile like a user's session, with XLA's defaults.
+# computing the same functions. A test whose time goes to running one long program compiles
+# that program at XLA's default level instead (jax.jit(..., compiler_options=...), as
+# test_gflownet's learning tests do). Processes the tests launch inherit the flags. The
+# notebooks run in their own pytest invocation (see the Makefile) and compile like a user's
+# session, with XLA's defaults.
 _FLAGS = (
     "--xla_force_host_platform_device_count=8",
     "--xla_cpu_enable_concurrency_optimized_scheduler=false",

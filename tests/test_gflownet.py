@@ -10,6 +10,9 @@ from labcore.agents import gflownet
 from labcore.envs import hypergrid
 from labcore.torch_ref import gflownet as ref
 
+# tests/conftest.py compiles at -O0; this restores XLA's default level for one long-running program
+RUN_BOUND = {"xla_backend_optimization_level": 3}  # XLA's default (DebugOptions)
+
 jax.config.update("jax_default_matmul_precision", "highest")
 
 
@@ -338,10 +341,12 @@ def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
     """D=2/H=8, the all-JAX trainer, 2,000 iterations of 16 trajectories: the L1 (sum form) of the
     last 20,000 samples against the exact target ends below 0.1 (measured: 0.031-0.040 for every
     loss; 0.08-0.27 after 500 iterations)."""
-    from labcore.agents import gflownet_train
     from labcore.agents.gflownet import GFlowNetConfig
 
     config = GFlowNetConfig(loss=loss, trainer="jax", iterations=2000, batch_size=16, l1_samples=20_000)
-    result = gflownet_train.train(config, log_every=500)
-    assert result["l1"][-1][1] < 0.1, result["l1"]
-    assert result["l1"][0][1] > result["l1"][-1][1]
+    # gflownet_train.train(config) runs this jit; the test compiles it at XLA's default level
+    # because its time goes to running 2,000 iterations, not to compiling (see tests/conftest.py)
+    _, _, terminals = jax.jit(gflownet.make_train(config), compiler_options=RUN_BOUND)(jax.random.key(config.seed))
+    l1 = gflownet.l1_curve(config, np.asarray(terminals), 500)
+    assert l1[-1][1] < 0.1, l1
+    assert l1[0][1] > l1[-1][1]
