@@ -290,12 +290,10 @@ def make_update(
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         update_count = state.update_count + 1
-        target_params = optax.periodic_update(
-            optax.incremental_update(params, state.target_params, config.tau),
-            state.target_params,
-            update_count,
-            updates_per_target_update,
-        )
+        # tau == 1 is a hard copy: pass the online parameters straight through rather than
+        # computing 1 * online + 0 * target (the same values, one pass over 1.7M floats less).
+        moved = params if config.tau == 1.0 else optax.incremental_update(params, state.target_params, config.tau)
+        target_params = optax.periodic_update(moved, state.target_params, update_count, updates_per_target_update)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **aux}
         return TrainState(params, target_params, opt_state, update_count), metrics
 
