@@ -156,7 +156,8 @@ def actor_learner_config(**overrides):
 def test_actor_learner_improves_the_policy_and_reports_throughput_and_staleness():
     from labcore.agents import dqn_actor_learner
 
-    result = dqn_actor_learner.run(actor_learner_config(), num_actors=2, broadcast_every=10, log_every=500)
+    config = actor_learner_config()
+    result = dqn_actor_learner.run(config, num_actors=2, broadcast_every=10, log_every=500)
     # The actors' own episode returns (mean of their last 20 episodes, at epsilon 0.05 by then): random
     # play is about 22; 99-160 in the last rows of 4 measured runs. The final greedy evaluation
     # is not asserted here: the run is asynchronous, so its final parameters vary from run to run and
@@ -164,7 +165,7 @@ def test_actor_learner_improves_the_policy_and_reports_throughput_and_staleness(
     # of its runs do so in CI).
     training = [row["episode_return"] for row in result.metrics[-3:]]
     assert max(training) > 60, result.metrics
-    assert np.isfinite(result.eval_returns).all() and len(result.eval_returns) == actor_learner_config().eval_episodes
+    assert np.isfinite(result.eval_returns).all() and len(result.eval_returns) == config.eval_episodes
     assert result.actor_steps_per_second > 0 and result.learner_updates_per_second > 0
     assert result.mean_staleness > 0  # actors always act with parameters some updates old
     assert [row["updates"] for row in result.metrics][:3] == [500, 1000, 1500]
