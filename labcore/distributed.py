@@ -21,6 +21,7 @@ hang, no orphans.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 import numpy as np
@@ -184,11 +185,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_only_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``base`` (default: this process's environment) in which JAX uses the CPU platform only.
+
+    Every process labcore starts (the launcher's workers, the actor-learner's actors) runs with it.
+    One accelerator chip is held by one process: a second process asking for a TPU that a notebook
+    kernel already holds fails ("TPU in use"), and a second GPU process preallocates most of the
+    GPU's memory again. The simulated hosts and the actors are CPU programs anyway.
+    """
+    env = dict(os.environ if base is None else base)
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+@contextlib.contextmanager
+def children_on_cpu() -> Iterator[None]:
+    """Processes started inside this block (``multiprocessing`` spawn or ``subprocess`` without an
+    explicit ``env``) inherit ``JAX_PLATFORMS=cpu``; this process's environment is restored after.
+
+    A spawned child imports JAX (while unpickling its target) before any of its own code runs, so
+    the setting has to be in the environment it starts with. This process's JAX read its platforms
+    when it was imported and is not affected.
+    """
+    before = os.environ.get("JAX_PLATFORMS")
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("JAX_PLATFORMS", None)
+        else:
+            os.environ["JAX_PLATFORMS"] = before
+
+
 def _worker_env(rank: int, num_processes: int, devices_per_process: int, port: int) -> dict[str, str]:
-    env = dict(os.environ)
+    env = cpu_only_env()  # a local cluster simulates hosts with CPU devices
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", ""))
     env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices_per_process}".strip()
-    env["JAX_PLATFORMS"] = "cpu"  # a local cluster simulates hosts with CPU devices
     env[ENV_COORDINATOR] = f"127.0.0.1:{port}"
     env[ENV_NUM_PROCESSES] = str(num_processes)
     env[ENV_PROCESS_ID] = str(rank)

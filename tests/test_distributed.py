@@ -100,6 +100,54 @@ def test_launcher_command_line_reports_failure(capsys):
     assert "died with exit status 2" in capsys.readouterr().err
 
 
+# Every process labcore starts runs JAX on the CPU platform, whatever the parent's environment asks
+# for: a notebook kernel holding a GPU or TPU must not have its children claim the chip again.
+# The parent's environment names an accelerator this machine lacks ("tpu"): a child that inherited
+# it would fail to start JAX, so these tests fail if the child's environment is not set.
+
+
+def test_child_environments_say_cpu_and_leave_this_process_alone(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    assert distributed.cpu_only_env()["JAX_PLATFORMS"] == "cpu"
+    assert distributed.cpu_only_env({"JAX_PLATFORMS": "cuda", "X": "1"}) == {"JAX_PLATFORMS": "cpu", "X": "1"}
+    assert distributed._worker_env(0, 2, 2, 1234)["JAX_PLATFORMS"] == "cpu"
+    assert os.environ["JAX_PLATFORMS"] == "tpu"
+    with distributed.children_on_cpu():
+        assert os.environ["JAX_PLATFORMS"] == "cpu"
+    assert os.environ["JAX_PLATFORMS"] == "tpu"
+    monkeypatch.delenv("JAX_PLATFORMS")
+    with distributed.children_on_cpu():
+        assert os.environ["JAX_PLATFORMS"] == "cpu"
+    assert "JAX_PLATFORMS" not in os.environ
+
+
+def test_launched_workers_run_on_the_cpu_when_the_parent_names_an_accelerator(monkeypatch):
+    import jax
+
+    jax.devices()  # this process's JAX starts before the environment below names a TPU
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    script = """
+        import os, jax
+        print("child sees", os.environ["JAX_PLATFORMS"], jax.default_backend())
+    """
+    result = distributed.launch(python(script), num_processes=1, devices_per_process=1, timeout_s=60, stream=None)
+    assert result.returncode == 0, result.message + "\n" + "\n".join(sum(result.output, []))
+    assert "child sees cpu cpu" in result.output[0]
+
+
+def test_actor_processes_run_on_the_cpu_when_the_parent_names_an_accelerator(monkeypatch):
+    import jax
+
+    from labcore.agents import dqn_actor_learner
+
+    jax.devices()
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")  # an actor inheriting this dies at its first JAX call
+    result = dqn_actor_learner.run(actor_learner_config(total_steps=2_000), num_actors=1, log_every=50,
+                                   connect_timeout_s=60, timeout_s=120)
+    assert result.actor_steps_per_second > 0 and len(result.metrics) == 2
+    assert os.environ["JAX_PLATFORMS"] == "tpu"  # restored once the actors had started
+
+
 DP_FLAGS = ["train", "dqn", "--env", "CartPole-v1", "--total-steps", "20000", "--learning-starts", "1000",
             "--buffer-size", "5000", "--exploration-fraction", "0.3"]
 

@@ -19,6 +19,11 @@ steps per second and the learner's updates per second.
 
 A dead actor (or none sending data within ``connect_timeout_s``) stops the run with an error
 naming it; every actor process is joined or killed on the way out.
+
+The actors run JAX on the CPU platform (``JAX_PLATFORMS=cpu`` in the environment they start
+with, ``labcore.distributed.children_on_cpu``) whatever this process uses: a GPU or TPU is held
+by one process, so actors asking for the chip a notebook kernel holds would fail or preallocate
+its memory again. The learner keeps this process's devices.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from labcore import distributed
 from labcore.agents import dqn
 
 
@@ -163,8 +169,9 @@ def run(
                                                   envs_per_actor, rollout_steps, config.seed), daemon=True)
         for rank in range(num_actors)
     ]
-    for actor in actors:
-        actor.start()
+    with distributed.children_on_cpu():  # the actors must not claim the kernel's GPU or TPU
+        for actor in actors:
+            actor.start()
     senders = [pipe[1] for pipe in params_pipes]
     inbox = [pipe[0] for pipe in data_pipes]
     rank_of = {id(connection): rank for rank, connection in enumerate(inbox)}
