@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_dqn.add_argument("--preset", choices=("default", "nature_atari", "atari_short"), default="default",
                            help="starting configuration that the other flags override")
     _add_config_flags(train_dqn)
+    _add_auto_tune_flag(train_dqn, "buffer_size / batch_size / hidden_sizes / num_envs")
     train_dqn.add_argument("--run-dir", default=None, help="folder for metrics.jsonl/csv and checkpoints/")
     train_dqn.add_argument("--log-every", type=_positive_int, default=1_000, help="agent steps between metric rows")
     train_dqn.add_argument("--checkpoint-every", type=_positive_int, default=None, help="agent steps between checkpoints")
@@ -63,8 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_ppo.add_argument("--preset", choices=("default", "cartpole"), default="default",
                            help="starting configuration: the seed's Vault settings, or PureJaxRL's CartPole")
     _add_config_flags(train_ppo, "PPOConfig")
-    train_ppo.add_argument("--auto-tune", action="store_true",
-                           help="shrink num_envs / num_steps / hidden_size to fit this device (labcore.devices.auto_tune)")
+    _add_auto_tune_flag(train_ppo, "num_envs / num_steps / hidden_size")
     train_ppo.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
     train_ppo.add_argument("--log-every", type=_positive_int, default=10, help="updates between metric rows")
     train_ppo.add_argument("--checkpoint-every", type=_positive_int, default=None,
@@ -85,11 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     train_gfn = train.add_parser("gflownet", help="a GFlowNet on HyperGrid: all PyTorch, or PyTorch sampling + JAX gradients")
     _add_config_flags(train_gfn, "GFlowNetConfig")
+    _add_auto_tune_flag(train_gfn, "batch_size / hidden_size")
     train_gfn.add_argument("--log-every", type=_positive_int, default=100, help="iterations between L1 measurements")
     train_gfn.add_argument("--run-dir", default=None, help="folder for metrics.jsonl/csv and summary.json")
 
     train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
     _add_config_flags(train_iqn, "IQNRunConfig")
+    _add_auto_tune_flag(train_iqn, "n_worlds / layer_size / n_tau_act / batch_size / memory")
     train_iqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, checkpoint, summary")
     train_iqn.add_argument("--log-every", type=_positive_int, default=10, help="epochs between metric-file writes")
     train_iqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
@@ -116,6 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     # fit the saved parameters is an error); the training-only fields are not flags here.
     _add_config_flags(eval_iqn, "IQNRunConfig", exclude=_IQN_TRAINING_ONLY)
     return parser
+
+
+def _add_auto_tune_flag(parser: argparse.ArgumentParser, fields: str) -> None:
+    parser.add_argument("--auto-tune", action="store_true",
+                        help=f"shrink {fields} to fit this device (labcore.devices.auto_tune; only shrinks)")
+
+
+def _auto_tuned(args: argparse.Namespace, config):
+    """The config fitted to this device when --auto-tune was given (one printed line per change)."""
+    if not getattr(args, "auto_tune", False):
+        return config
+    from labcore import devices
+
+    config, changes = devices.auto_tune(config)
+    for change in changes:
+        print(f"auto-tune: {change}")
+    return config
 
 
 # IQNRunConfig fields that only describe how a run trains, not the agents or the world.
@@ -180,7 +199,7 @@ def _train_dqn(args: argparse.Namespace) -> int:
         return _train_dqn_distributed(args)
     from labcore.agents import dqn_loop
 
-    config = _config_from(args)
+    config = _auto_tuned(args, _config_from(args))
     print(config)
     result = dqn_loop.train(
         config,
@@ -205,7 +224,7 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
 
     from labcore.agents import dqn_distributed
 
-    config = _config_from(args)
+    config = _auto_tuned(args, _config_from(args))
     if jax.process_index() == 0:
         print(config)
     chunk_iterations = max(1, args.log_every // config.train_frequency)
@@ -225,7 +244,7 @@ def _train_gflownet(args: argparse.Namespace) -> int:
     from labcore.agents import gflownet_train
     from labcore.logging import MetricsLogger
 
-    config = _config_from(args, "GFlowNetConfig")
+    config = _auto_tuned(args, _config_from(args, "GFlowNetConfig"))
     print(config)
     started = time.perf_counter()
     result = gflownet_train.train(config, log_every=args.log_every)
@@ -260,7 +279,7 @@ def _cpu_scheduler_flag() -> None:
 def _train_iqn(args: argparse.Namespace) -> int:
     from labcore.agents import iqn_modes
 
-    config = _config_from(args, "IQNRunConfig")
+    config = _auto_tuned(args, _config_from(args, "IQNRunConfig"))
     print(config)
     result = iqn_modes.run(config, run_dir=args.run_dir, log_every=args.log_every, progress=not args.no_progress,
                            overwrite=args.overwrite)
@@ -286,14 +305,9 @@ def _eval_iqn(args: argparse.Namespace) -> int:
 
 
 def _train_ppo(args: argparse.Namespace) -> int:
-    from labcore import devices
     from labcore.agents import ppo_run
 
-    config = _config_from(args, "PPOConfig")
-    if args.auto_tune:
-        config, changes = devices.auto_tune(config)
-        for change in changes:
-            print(f"auto-tune: {change}")
+    config = _auto_tuned(args, _config_from(args, "PPOConfig"))
     print(config)
     result = ppo_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
                            checkpoint_every=args.checkpoint_every, resume=args.resume,

@@ -11,8 +11,10 @@ rather than probing JAX themselves, so that platform quirks live in one place.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -174,20 +176,76 @@ def format_bytes(n: int | None) -> str:
     raise AssertionError("unreachable")
 
 
-# Per-device sizes for on-policy training (PPOConfig's num_envs / num_steps / hidden_size).
-# The seed's Colab findings: on a T4 (15 GB) the default 256 envs x 128 steps x 256 units ran
-# out of memory while compiling; 64 x 128 x 256 fits, and 32 x 64 x 128 is the fallback for
-# smaller GPUs. On a CPU the network's matmuls are the cost (about 6.5 MFLOP per step at
-# 256 units), so a few cores want a smaller batch and network to keep updates frequent.
-SMALL_GPU_BYTES = 16 * 1024**3  # a T4 reports about 15 GiB
+# NVIDIA GPUs older than Ampere (compute capability < 8.0) have no TF32 units; newer ones do,
+# and XLA uses them for float32 matmuls unless told otherwise.
+_PRE_AMPERE = ("T4", "V100", "P100", "P40", "P4", "K80", "K40", "M60", "M40", "TITAN V", "TITAN X", "GTX", "RTX 20",
+               "QUADRO")
+
+
+def default_matmul_precision(info: DeviceReport | None = None) -> str:
+    """What a plain float32 matmul (``x @ w``, ``jnp.dot``, a Dense layer) does on this platform.
+
+    Returns one of:
+
+    - ``'float32'``: full float32 products (the CPU; NVIDIA GPUs before Ampere, such as
+      Colab's T4, which is Turing; or any device once the precision is set to ``'highest'``);
+    - ``'tf32'``: inputs rounded to TensorFloat-32 (10 mantissa bits), float32 accumulation,
+      the default on NVIDIA Ampere and newer (A100, L4, H100);
+    - ``'bfloat16'``: inputs rounded to bfloat16 (7 mantissa bits) in one pass, float32
+      accumulation, the TPU default;
+    - ``'bfloat16_3x'``: three bfloat16 passes (about float32 accuracy), TPU under ``'high'``.
+
+    Derived from ``jax.config.jax_default_matmul_precision`` (None unless set, e.g. by
+    ``jax.config.update("jax_default_matmul_precision", "highest")`` or inside a
+    ``with jax.default_matmul_precision("highest"):`` block) and the device kind of ``info``
+    (default: this machine). ``matmul_error`` measures the effect.
+    """
+    import jax
+
+    info = report() if info is None else info
+    setting = jax.config.jax_default_matmul_precision
+    setting = None if setting is None else str(setting).lower()
+    if setting in ("highest", "float32", "f32_f32_f32") or info.platform == "cpu":
+        return "float32"
+    if info.platform == "tpu":
+        return "bfloat16_3x" if setting in ("high", "bfloat16_3x", "bf16_bf16_f32_x3") else "bfloat16"
+    if info.platform == "gpu":
+        kinds = [d.kind.upper() for d in info.devices]
+        nvidia = any("NVIDIA" in kind or "TESLA" in kind or "QUADRO" in kind for kind in kinds)
+        old = any(any(name in kind for name in _PRE_AMPERE) for kind in kinds)
+        if not nvidia or old:
+            return "float32"
+        return "bfloat16" if setting in ("bfloat16", "fastest") else "tf32"
+    return "float32"
+
+
+def matmul_error(precision: str | None = None, n: int = 256, seed: int = 0) -> float:
+    """Max abs error of an [n, n] float32 matmul on the default device against float64 numpy.
+
+    precision: None (the platform's default, see ``default_matmul_precision``) or a
+    ``jax.default_matmul_precision`` value such as ``'highest'``. Inputs are standard normal,
+    so entries of the product are about sqrt(n) in size: full float32 gives errors near
+    1e-5 at n = 256, TF32 near 1e-2, one bfloat16 pass near 1e-1.
+    """
+    import contextlib
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    context = contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
+    with context:
+        product = jax.jit(jnp.matmul)(jnp.asarray(a), jnp.asarray(b))  # compiled under the precision in force
+    return float(np.max(np.abs(np.asarray(product, np.float64) - exact)))
+
+
+# Device classes: what auto_tune sizes a config for. A T4 reports about 15 GiB.
+DEVICE_CLASSES = ("cpu", "gpu-small", "gpu-t4", "gpu", "tpu")
+SMALL_GPU_BYTES = 16 * 1024**3
 TINY_GPU_BYTES = 8 * 1024**3
-TUNING = {
-    "tpu": {},  # the seed's settings fit: 16+ GiB of HBM per core
-    "gpu": {},  # a large GPU (A100, H100): the seed's settings
-    "gpu-t4": {"num_envs": 64, "num_steps": 128, "hidden_size": 256},
-    "gpu-small": {"num_envs": 32, "num_steps": 64, "hidden_size": 128},
-    "cpu": {"num_envs": 64, "num_steps": 128, "hidden_size": 128},
-}
 
 
 def device_class(info: DeviceReport | None = None) -> str:
@@ -201,34 +259,107 @@ def device_class(info: DeviceReport | None = None) -> str:
     return "gpu-small" if memory <= TINY_GPU_BYTES else "gpu-t4"
 
 
-def auto_tune(config: Any, info: DeviceReport | None = None) -> tuple[Any, list[str]]:
-    """Fit an on-policy config to this device: returns (new config, one line per change).
+@dataclasses.dataclass(frozen=True)
+class DeviceSizes:
+    """The largest sizes one algorithm's config should run with on each device class.
 
-    Only shrinks: a network or batch already at or below the device's size is left alone, so
-    a small config you chose stays yours. ``num_minibatches`` is kept when it still divides the new
-    batch, otherwise the largest divisor at or below it is used. The config's own validation
-    runs again on the result (``dataclasses.replace``).
+    Each algorithm's config class declares its own as a class attribute ``DEVICE_SIZES``
+    (this module knows no algorithm). ``limits[device_class]`` maps:
+
+    - a field to its ceiling: ``{"hidden_size": 128}``; for a tuple of layer widths the ceiling
+      applies to every layer;
+    - a tuple of fields to a tuple of ceilings, for sizes that only matter as a product (PPO's
+      batch, ``num_envs * num_steps``): the fields shrink in the order given, each to its ceiling,
+      and only while the product is above the ceilings' product.
+
+    ``divides`` keeps derived constraints valid: ``{"num_minibatches": ("num_envs", "num_steps")}``
+    means num_minibatches must divide num_envs * num_steps; after shrinking it becomes the
+    largest divisor at or below its value.
     """
+
+    limits: Mapping[str, Mapping[Any, Any]]
+    divides: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        missing = [kind for kind in DEVICE_CLASSES if kind not in self.limits]
+        unknown = [kind for kind in self.limits if kind not in DEVICE_CLASSES]
+        if missing or unknown:
+            raise ValueError(f"DeviceSizes.limits must have exactly the device classes {DEVICE_CLASSES}; "
+                             f"missing {missing}, unknown {unknown}")
+
+    def fields(self) -> set[str]:
+        """Every config field these sizes can change."""
+        names = set(self.divides)
+        for sizes in self.limits.values():
+            for key in sizes:
+                names.update(key if isinstance(key, tuple) else (key,))
+        return names
+
+
+def device_sizes(config: Any) -> DeviceSizes:
+    """The ``DEVICE_SIZES`` table of a config's class; a TypeError naming the class if it has none."""
+    sizes = getattr(type(config), "DEVICE_SIZES", None)
+    if not isinstance(sizes, DeviceSizes):
+        raise TypeError(f"auto_tune: {type(config).__name__} declares no DEVICE_SIZES (a labcore.devices.DeviceSizes "
+                        "class attribute), so there is nothing to fit it to a device with")
+    return sizes
+
+
+def _capped(value: Any, ceiling: int) -> Any:
+    if isinstance(value, tuple):  # layer widths: every layer at most the ceiling
+        return tuple(min(int(width), ceiling) for width in value)
+    return min(value, ceiling)
+
+
+def auto_tune(config: Any, info: DeviceReport | None = None) -> tuple[Any, list[str]]:
+    """Fit an algorithm's config to this device: returns (new config, one line per change).
+
+    Works for any config whose class declares ``DEVICE_SIZES`` (DQNConfig, PPOConfig, IQNConfig,
+    IQNRunConfig, GFlowNetConfig). Only shrinks: a size already at or below the device's is left
+    alone, so a small config you chose stays yours. Derived constraints declared in
+    ``DEVICE_SIZES.divides`` are kept (PPO's num_minibatches still divides the batch), and the
+    config's own validation runs again on the result (``dataclasses.replace``).
+
+    ``info`` defaults to this machine's ``report()``; pass another to see what a T4 or a TPU
+    would get.
+    """
+    sizes = device_sizes(config)
     kind = device_class(info)
-    sizes = TUNING[kind]
     changes: dict[str, Any] = {}
-    if "hidden_size" in sizes and config.hidden_size > sizes["hidden_size"]:
-        changes["hidden_size"] = sizes["hidden_size"]
-    # The batch (num_envs x num_steps) is what fills memory: shrink envs first, then the
-    # rollout length, and only while the batch is above the device's.
-    if "num_envs" in sizes and config.num_envs * config.num_steps > sizes["num_envs"] * sizes["num_steps"]:
-        num_envs = min(config.num_envs, sizes["num_envs"])
-        if num_envs != config.num_envs:
-            changes["num_envs"] = num_envs
-        if num_envs * config.num_steps > sizes["num_envs"] * sizes["num_steps"]:
-            changes["num_steps"] = sizes["num_steps"]
+
+    def current(field: str) -> Any:
+        return changes.get(field, getattr(config, field))
+
+    for key, ceiling in sizes.limits[kind].items():
+        if isinstance(key, tuple):
+            product = lambda values: math.prod(values)  # noqa: E731
+            if product(current(f) for f in key) <= product(ceiling):
+                continue
+            for field, field_ceiling in zip(key, ceiling, strict=True):
+                if product(current(f) for f in key) <= product(ceiling):
+                    break
+                if current(field) > field_ceiling:
+                    changes[field] = field_ceiling
+        else:
+            new = _capped(current(key), ceiling)
+            if new != current(key):
+                changes[key] = new
     if not changes:
         return config, []
-    batch = changes.get("num_envs", config.num_envs) * changes.get("num_steps", config.num_steps)
-    minibatches = config.num_minibatches
-    while batch % minibatches:
-        minibatches -= 1
-    if minibatches != config.num_minibatches:
-        changes["num_minibatches"] = minibatches
+    for field, of in sizes.divides.items():
+        total, count = math.prod(current(f) for f in of), current(field)
+        while total % count:
+            count -= 1
+        if count != getattr(config, field):
+            changes[field] = count
     lines = [f"{field}: {getattr(config, field)} -> {value} ({kind})" for field, value in changes.items()]
     return dataclasses.replace(config, **changes), lines
+
+
+def __getattr__(name: str) -> Any:
+    # ``TUNING`` was PPO's table when auto_tune knew only PPO; it now lives with PPOConfig.
+    if name == "TUNING":
+        from labcore.agents.ppo import PPOConfig
+
+        return PPOConfig.DEVICE_SIZES.limits
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

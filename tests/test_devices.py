@@ -1,9 +1,11 @@
+import dataclasses
 import pathlib
 import subprocess
 import sys
 import textwrap
 
 import jax
+import pytest
 
 from labcore import devices
 
@@ -63,9 +65,9 @@ def test_format_bytes():
     assert devices.format_bytes(16 * 2**30) == "16.0 GiB"
 
 
-def fake_report(platform, memory_gib=None):
+def fake_report(platform, memory_gib=None, kind="test"):
     memory = None if memory_gib is None else int(memory_gib * 1024**3)
-    device = devices.DeviceInfo(id=0, platform=platform, kind="test", process_index=0, memory_bytes=memory)
+    device = devices.DeviceInfo(id=0, platform=platform, kind=kind, process_index=0, memory_bytes=memory)
     return devices.DeviceReport(platform=platform, devices=(device,), local_device_count=1, process_index=0,
                                 process_count=1, in_colab=False, host_memory_bytes=None, cpu_count=2)
 
@@ -78,10 +80,10 @@ def test_device_class_sorts_gpus_by_memory():
     assert devices.device_class(fake_report("gpu", 80)) == "gpu"
 
 
-def test_auto_tune_follows_the_seeds_colab_settings_and_only_shrinks():
+def test_auto_tune_follows_the_colab_settings_for_ppo_and_only_shrinks():
     from labcore.agents.ppo import PPOConfig
 
-    seed_config = PPOConfig()  # 256 envs x 128 steps x 256 units
+    seed_config = PPOConfig()  # the default: 256 envs x 128 steps x 256 units
     t4, changes = devices.auto_tune(seed_config, fake_report("gpu", 15))
     assert (t4.num_envs, t4.num_steps, t4.hidden_size) == (64, 128, 256)
     assert changes == ["num_envs: 256 -> 64 (gpu-t4)"]
@@ -118,3 +120,139 @@ def test_synchronous_cpu_dispatch_takes_effect_only_before_jax_runs():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+# One fake machine per device class, as auto_tune sees them.
+FAKE_REPORTS = {
+    "cpu": fake_report("cpu"),
+    "gpu-small": fake_report("gpu", 6),
+    "gpu-t4": fake_report("gpu", 15, "Tesla T4"),
+    "gpu": fake_report("gpu", 80, "NVIDIA A100-SXM4-80GB"),
+    "tpu": fake_report("tpu", 16, "TPU v5 lite"),
+}
+
+
+def _configs():
+    """(default, large, small) configs of every algorithm: large exceeds every device class's sizes."""
+    from labcore.agents.dqn import DQNConfig
+    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.iqn import IQNConfig
+    from labcore.agents.iqn_modes import IQNRunConfig
+    from labcore.agents.ppo import PPOConfig
+
+    return {
+        "DQNConfig": (DQNConfig(), DQNConfig.nature_atari(buffer_size=2_000_000, batch_size=1024, num_envs=1,
+                                                           hidden_sizes=(1024, 1024)),
+                      DQNConfig(buffer_size=1_000, batch_size=32, hidden_sizes=(64, 64))),
+        "PPOConfig": (PPOConfig(), PPOConfig(num_envs=1024, num_steps=256, hidden_size=1024, num_minibatches=8,
+                                             total_timesteps=1024 * 256),
+                      PPOConfig.cartpole()),
+        "IQNConfig": (IQNConfig(), IQNConfig(layer_size=1024, n_tau_act=1024, batch_size=2048, memory=8192),
+                      IQNConfig(layer_size=32, n_tau_act=8, batch_size=16, memory=128)),
+        "IQNRunConfig": (IQNRunConfig(), IQNRunConfig(n_worlds=1024, layer_size=1024, batch_size=2048, memory=8192),
+                         IQNRunConfig(n_worlds=2, layer_size=32, batch_size=16, memory=128)),
+        "GFlowNetConfig": (GFlowNetConfig(), GFlowNetConfig(batch_size=20_000, hidden_size=1024),
+                           GFlowNetConfig(batch_size=8, hidden_size=32)),
+    }
+
+
+def _sizes(config):
+    return {field: getattr(config, field) for field in devices.device_sizes(config).fields()}
+
+
+def _at_most(new, old):
+    if isinstance(old, tuple):
+        return len(new) == len(old) and all(a <= b for a, b in zip(new, old))
+    return new <= old
+
+
+@pytest.mark.parametrize("kind", devices.DEVICE_CLASSES)
+@pytest.mark.parametrize("name", ["DQNConfig", "PPOConfig", "IQNConfig", "IQNRunConfig", "GFlowNetConfig"])
+def test_auto_tune_fits_every_algorithm_and_only_shrinks(name, kind):
+    report = FAKE_REPORTS[kind]
+    assert devices.device_class(report) == kind
+    default, large, small = _configs()[name]
+    table = type(default).DEVICE_SIZES
+    assert table.fields() <= {f.name for f in dataclasses.fields(default)}, "the table names a field the config lacks"
+    for config in (default, large, small):
+        tuned, changes = devices.auto_tune(config, report)
+        assert type(tuned) is type(config)
+        dataclasses.replace(tuned)  # still passes the config's own validation
+        before, after = _sizes(config), _sizes(tuned)
+        assert all(_at_most(after[f], before[f]) for f in before), (before, after)
+        changed = [f for f in before if after[f] != before[f]]
+        assert len(changes) == len(changed) and all(f"({kind})" in line for line in changes)
+        # every field outside the table is untouched
+        others = [f.name for f in dataclasses.fields(config) if f.name not in before]
+        assert all(getattr(tuned, f) == getattr(config, f) for f in others)
+        # tuning twice changes nothing more
+        assert devices.auto_tune(tuned, report) == (tuned, [])
+    # a config already below every ceiling is left alone, on every device
+    assert devices.auto_tune(small, report) == (small, [])
+    # the large one is shrunk wherever the table has a ceiling for this device
+    tuned, changes = devices.auto_tune(large, report)
+    assert bool(changes) == bool(table.limits[kind])
+
+
+def test_auto_tune_keeps_ppo_minibatches_dividing_the_batch():
+    from labcore.agents.ppo import PPOConfig
+
+    for kind, report in FAKE_REPORTS.items():
+        tuned, _ = devices.auto_tune(PPOConfig(num_envs=1000, num_steps=120, num_minibatches=6,
+                                               total_timesteps=1000 * 120), report)
+        assert (tuned.num_envs * tuned.num_steps) % tuned.num_minibatches == 0
+        assert tuned.num_minibatches <= 6
+
+
+def test_auto_tune_caps_every_layer_of_a_width_tuple():
+    from labcore.agents.dqn import DQNConfig
+
+    tuned, changes = devices.auto_tune(DQNConfig(hidden_sizes=(512, 64, 300)), FAKE_REPORTS["cpu"])
+    assert tuned.hidden_sizes == (256, 64, 256)
+    assert changes == ["hidden_sizes: (512, 64, 300) -> (256, 64, 256) (cpu)"]
+
+
+def test_auto_tune_names_a_config_without_a_table():
+    @dataclasses.dataclass(frozen=True)
+    class SACConfig:
+        batch_size: int = 256
+
+    with pytest.raises(TypeError, match="SACConfig declares no DEVICE_SIZES"):
+        devices.auto_tune(SACConfig(), FAKE_REPORTS["cpu"])
+
+
+def test_device_sizes_must_name_every_device_class():
+    with pytest.raises(ValueError, match="missing \\['tpu'\\]"):
+        devices.DeviceSizes(limits={"cpu": {}, "gpu-small": {}, "gpu-t4": {}, "gpu": {}})
+
+
+def test_the_old_ppo_table_name_still_answers():
+    from labcore.agents.ppo import PPOConfig
+
+    assert devices.TUNING is PPOConfig.DEVICE_SIZES.limits
+
+
+def test_default_matmul_precision_per_platform():
+    assert devices.default_matmul_precision(FAKE_REPORTS["cpu"]) == "float32"
+    assert devices.default_matmul_precision(FAKE_REPORTS["tpu"]) == "bfloat16"
+    assert devices.default_matmul_precision(FAKE_REPORTS["gpu"]) == "tf32"  # an A100 (Ampere)
+    assert devices.default_matmul_precision(FAKE_REPORTS["gpu-t4"]) == "float32"  # Turing: no TF32
+    assert devices.default_matmul_precision(fake_report("gpu", 80, "NVIDIA H100 80GB HBM3")) == "tf32"
+    assert devices.default_matmul_precision(fake_report("gpu", 16, "Tesla V100-SXM2-16GB")) == "float32"
+    assert devices.default_matmul_precision(fake_report("gpu", 24, "NVIDIA L4")) == "tf32"
+    with jax.default_matmul_precision("highest"):
+        for report in FAKE_REPORTS.values():
+            assert devices.default_matmul_precision(report) == "float32"
+    with jax.default_matmul_precision("high"):
+        assert devices.default_matmul_precision(FAKE_REPORTS["tpu"]) == "bfloat16_3x"
+    assert devices.default_matmul_precision() in {"float32", "tf32", "bfloat16"}  # this machine
+
+
+def test_matmul_error_against_float64():
+    highest = devices.matmul_error("highest", n=128)
+    assert 0 < highest < 1e-3  # float32 rounding only
+    default = devices.matmul_error(n=128)
+    if devices.default_matmul_precision() == "float32":
+        assert default == pytest.approx(highest, rel=0.5)
+    else:  # bfloat16 or TF32 inputs: orders of magnitude larger
+        assert default > 10 * highest

@@ -426,3 +426,73 @@ def test_noisy_linear_is_checked_in_both_modes(capsys):
 
     assert not exercises.check("noisy_linear", mean_weights_only, seed=0)
     assert "output[0]" in capsys.readouterr().out
+
+
+# Notebook 06: precision and memory. Each right answer passes and the classic wrong ones fail.
+def tf32_right(x):
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    bits = (bits + jnp.uint32(0x0FFF) + ((bits >> 13) & 1)) & jnp.uint32(0xFFFFE000)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def tf32_truncated(x):
+    return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000), jnp.float32)
+
+
+def tf32_ties_up(x):
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    return jax.lax.bitcast_convert_type((bits + jnp.uint32(0x1000)) & jnp.uint32(0xFFFFE000), jnp.float32)
+
+
+def minibatches_right(num_envs, num_steps, requested):
+    count = requested
+    while (num_envs * num_steps) % count:
+        count -= 1
+    return count
+
+
+def tree_bytes_right(tree):
+    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(tree))
+
+
+@pytest.mark.parametrize(
+    "name,right,wrongs",
+    [
+        ("round_to_tf32", tf32_right,
+         [tf32_truncated, tf32_ties_up, lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), lambda x: x]),
+        ("bf16_matmul",
+         lambda x, w: jnp.dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), preferred_element_type=jnp.float32),
+         [lambda x, w: x @ w, lambda x, w: x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16),
+          lambda x, w: (x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)]),
+        ("fit_minibatches", minibatches_right,
+         [lambda e, s, r: __import__("math").gcd(e * s, r), lambda e, s, r: r]),
+        ("tree_bytes", tree_bytes_right,
+         [lambda t: sum(leaf.size * 4 for leaf in jax.tree_util.tree_leaves(t)),
+          lambda t: sum(leaf.size for leaf in jax.tree_util.tree_leaves(t))]),
+    ],
+)  # fmt: skip
+def test_notebook_06_exercises_pass_right_and_reject_classic_wrong_answers(name, right, wrongs):
+    if name == "bf16_matmul" and jax.default_backend() == "tpu":
+        wrongs = wrongs[1:]  # a TPU's default float32 matmul already takes bfloat16 passes
+    assert exercises.check(name, right, seed=0, verbose=False)
+    for wrong in wrongs:
+        assert not exercises.check(name, wrong, seed=0, verbose=False), f"{name} accepted a wrong answer"
+
+
+def test_tf32_reference_agrees_with_xla_reduce_precision():
+    (x,) = exercises.get("round_to_tf32").make_inputs(np.random.default_rng(1))
+    expected = np.asarray(jax.lax.reduce_precision(jnp.asarray(x), exponent_bits=8, mantissa_bits=10))
+    np.testing.assert_array_equal(exercises.get("round_to_tf32").reference(x), expected)
+
+
+def test_fit_minibatches_rejects_gcd_on_a_known_case():
+    assert exercises.get("fit_minibatches").reference(32, 64, 6) == 4  # gcd(2048, 6) would say 2
+
+
+# The notebook-06 exercises in the catalogue-wide tables (their right and wrong answers run above).
+RIGHT.update({"round_to_tf32": tf32_right, "fit_minibatches": minibatches_right, "tree_bytes": tree_bytes_right,
+              "bf16_matmul": lambda x, w: jnp.dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
+                                                  preferred_element_type=jnp.float32)})
+WRONG.update({"round_to_tf32": tf32_truncated, "fit_minibatches": lambda e, s, r: __import__("math").gcd(e * s, r),
+              "tree_bytes": lambda t: sum(leaf.size for leaf in jax.tree_util.tree_leaves(t)),
+              "bf16_matmul": lambda x, w: x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)})

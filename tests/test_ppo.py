@@ -222,3 +222,27 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
         ppo_run.train(small_vault(seed=1), interrupted, resume=True, progress=False)
     with pytest.raises(FileExistsError, match="holds an earlier run"):
         ppo_run.train(config, earlier, progress=False)  # now it holds the straight run
+
+
+def test_bfloat16_compute_learns_cartpole_with_float32_parameters():
+    """compute_dtype='bfloat16': matmuls in bfloat16, parameters, optimizer state and loss in float32."""
+    config = ppo.PPOConfig.cartpole(total_timesteps=100_000, compute_dtype="bfloat16")
+    agent = ppo.make_ppo(config)
+    runner, metrics = jax.jit(agent.train)(jax.random.key(0))
+    returns = np.asarray(metrics["episode_return"])
+    assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 150, returns
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(runner.params)} == {jnp.dtype(jnp.float32)}
+    float_state = [leaf for leaf in jax.tree_util.tree_leaves(runner.opt_state) if jnp.issubdtype(leaf.dtype, jnp.floating)]
+    assert {leaf.dtype for leaf in float_state} == {jnp.dtype(jnp.float32)}
+    # the network computes in bfloat16 inside and hands float32 to the loss
+    jaxpr = str(jax.make_jaxpr(lambda p, o: agent.network.apply(p, o))(runner.params, jnp.zeros((3, 4))))
+    assert "bf16" in jaxpr
+    logits, value = agent.network.apply(runner.params, jnp.zeros((3, 4)))
+    assert logits.dtype == value.dtype == jnp.float32
+    assert np.isfinite(np.asarray(metrics["value_loss"])).all()
+
+
+@pytest.mark.parametrize("value", ["float16", "bf16", "", None])
+def test_bad_compute_dtype_names_the_field_before_compiling(value):
+    with pytest.raises(ValueError, match="PPOConfig.compute_dtype must be one of \\('float32', 'bfloat16'\\)"):
+        ppo.PPOConfig.cartpole(compute_dtype=value)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from labcore import losses
+from labcore import devices, losses
 from labcore.nets.q_networks import NETWORKS
 
 OPTIMIZERS = ("adam", "rmsprop_centered")
@@ -74,6 +74,24 @@ class DQNConfig:
     eval_episodes: int = 20
     eval_epsilon: float = 0.05
     seed: int = 0
+
+    # What devices.auto_tune shrinks this config to, per device class. The replay buffer lives on
+    # the default device (jnp arrays), so on a GPU it competes with the network for memory: Atari
+    # frames stored once take about 7.1 KB per transition (1M: 7.1 GB; frame_replay.bytes_needed),
+    # so a GPU of 8 GiB or less keeps 250k (1.8 GB) and a T4 (15 GB, of which JAX preallocates 75%)
+    # 500k (3.6 GB), leaving room for the network and XLA's scratch space. On a CPU the buffer is
+    # in host memory (Colab's CPU runtime has about 12.7 GB: 1M frames fit) and the cost is
+    # arithmetic per update (batch x layer widths) and per env step on few cores. TPU v5e (16 GiB)
+    # and large GPUs keep the config.
+    DEVICE_SIZES = devices.DeviceSizes(
+        limits={
+            "cpu": {"buffer_size": 1_000_000, "batch_size": 128, "hidden_sizes": 256, "num_envs": 8},
+            "gpu-small": {"buffer_size": 250_000, "batch_size": 256, "hidden_sizes": 512},
+            "gpu-t4": {"buffer_size": 500_000, "batch_size": 512},
+            "gpu": {},
+            "tpu": {},
+        }
+    )
 
     def __post_init__(self) -> None:
         def require(ok: bool, field: str, allowed: str) -> None:

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import losses
+from labcore import devices, losses
 from labcore.envs import hypergrid
 from labcore.envs.hypergrid import HyperGrid
 
@@ -63,6 +63,22 @@ class GFlowNetConfig:
     subtb_lambda: float = 0.9
     l1_samples: int = 20_000  # the L1 metric uses the last this many sampled terminal states
     seed: int = 0
+
+    # What devices.auto_tune shrinks this config to, per device class. A batch of B trajectories
+    # on a HyperGrid evaluates the networks at B x (ndim * (height - 1) + 2) states; at 256 units
+    # that is about 0.5 MFLOP per state forward and backward, so on a few CPU cores a batch of
+    # 64 trajectories keeps an iteration in milliseconds. On a GPU the activations and their
+    # gradients (about 100 KB per trajectory at ndim 4, height 8) set the ceiling: 1,024
+    # trajectories for 8 GiB or less, 4,096 for a T4. TPU v5e and large GPUs keep the config.
+    DEVICE_SIZES = devices.DeviceSizes(
+        limits={
+            "cpu": {"batch_size": 64, "hidden_size": 256},
+            "gpu-small": {"batch_size": 1024},
+            "gpu-t4": {"batch_size": 4096},
+            "gpu": {},
+            "tpu": {},
+        }
+    )
 
     def __post_init__(self) -> None:
         def require(ok: bool, field: str, allowed: str) -> None:

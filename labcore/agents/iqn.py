@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from labcore import losses
+from labcore import devices, losses
 from labcore.nets.iqn import IQN, noise_rngs, sample_taus
 
 Params = Any  # a Flax parameter pytree: {'head1': {'kernel', 'bias'}, ..., 'value': {...}}
@@ -91,6 +91,23 @@ class IQNConfig:
     epsilon_decay: float = 1e-3  # epsilon *= 1 - epsilon_decay once per epoch
     epsilon_min: float = 0.0
     fixed: bool = False  # the flagged "fixed" variant: true n-step returns + stop-gradient targets
+
+    # What devices.auto_tune shrinks this config to, per device class. sorrel's defaults (250
+    # units, 256 acting taus, batch 256, 1,024 rows) were made for a CPU: one agent's network is
+    # about 0.2M parameters and its buffer 0.5 MB, so memory is never the limit. On a CPU the cost
+    # is arithmetic: every turn each agent evaluates n_tau_act taus through layer_size units, and
+    # each train step batch_size x n_quantiles of them; a few cores keep the defaults as ceilings.
+    # Accelerators have the arithmetic to spare and keep any size. The ceilings keep batch_size
+    # within a full buffer (batch_size <= memory - n_frames - lookahead).
+    DEVICE_SIZES = devices.DeviceSizes(
+        limits={
+            "cpu": {"layer_size": 250, "n_tau_act": 256, "batch_size": 256, "memory": 1024},
+            "gpu-small": {},
+            "gpu-t4": {},
+            "gpu": {},
+            "tpu": {},
+        }
+    )
 
     def __post_init__(self) -> None:
         def require(ok: bool, field: str, allowed: str) -> None:

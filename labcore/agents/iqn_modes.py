@@ -87,7 +87,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from labcore import checkpoint
+from labcore import checkpoint, devices
 from labcore.agents import iqn
 from labcore.envs import treasurehunt as th
 
@@ -145,6 +145,18 @@ class IQNRunConfig:
     epsilon_decay: float = 1e-3
     epsilon_min: float = 0.0
     fixed: bool = False
+
+    # What devices.auto_tune shrinks this config to: the agents' ceilings of IQNConfig.DEVICE_SIZES,
+    # plus the number of worlds run in one vmap (jax_fused). A world is 5 agents, each with its
+    # network, target, Adam moments and buffer: estimated at about 75 MB with a train step's
+    # activations (not measured on a GPU or TPU). On a CPU more worlds only queue on the same few
+    # cores (4 keep two cores busy); 32 worlds (~2.4 GB) fit a GPU of 8 GiB, 64 a T4, 128 a TPU
+    # v5e chip's 16 GiB; large GPUs keep the config.
+    DEVICE_SIZES = devices.DeviceSizes(
+        limits={kind: {**iqn.IQNConfig.DEVICE_SIZES.limits[kind], **worlds} for kind, worlds in {
+            "cpu": {"n_worlds": 4}, "gpu-small": {"n_worlds": 32}, "gpu-t4": {"n_worlds": 64}, "gpu": {},
+            "tpu": {"n_worlds": 128}}.items()}
+    )
 
     def __post_init__(self) -> None:
         def fail(field: str, allowed: str) -> None:
@@ -933,3 +945,59 @@ def evaluate(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = 10
     gems = np.asarray(stats.gems)  # [epochs, W]
     return {"gems": gems.mean(axis=1).tolist(), "gems_per_world": gems.tolist(),
             "mean_gems": float(gems.mean()), "mean_reward": float(np.asarray(stats.rewards).mean())}
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing the modes: the reference configuration at steady state and its matmul floor
+# (``benchmarks/iqn_modes.py`` and notebook 04 measure with these).
+
+N_COS = 64  # the IQN's cosine features (labcore.nets.iqn.IQN.n_cos)
+
+
+def timing_config(mode: str, n_worlds: int = 1, epochs_per_call: int = 1) -> IQNRunConfig:
+    """The reference configuration with epsilon 0, so that every act runs the ``n_tau_act``-tau forward
+    in every mode (PyTorch would skip it for a random action; JAX computes it either way)."""
+    return IQNRunConfig(mode=mode, n_worlds=n_worlds, epochs_per_call=epochs_per_call, epsilon_start=0.0,
+                        epsilon_min=0.0)
+
+
+def warmup_epochs(config: IQNRunConfig) -> int:
+    """Epochs after which every buffer allows a train step: size - n_frames - 1 >= batch_size."""
+    return -(-(config.batch_size + config.n_frames + 1) // config.max_turns)  # ceiling division
+
+
+def forward_flops(rows: int, n_tau: int, config: IQNRunConfig) -> dict[str, int]:
+    """Multiply-add FLOPs (2 per MAC) of one IQN forward on ``rows`` states with ``n_tau`` taus each, per layer."""
+    a = config.agent_config
+    L, F, A = a.layer_size, a.in_features, a.n_actions
+    return {"head1": 2 * rows * F * L, "cos_embedding": 2 * rows * n_tau * N_COS * L, "ff_1": 2 * rows * n_tau * L * L,
+            "advantage": 2 * rows * n_tau * L * A, "value": 2 * rows * n_tau * L}
+
+
+def epoch_flops(config: IQNRunConfig) -> dict[str, float]:
+    """The matmul FLOPs of one epoch (elementwise work, the noise draws and the world are left out).
+
+    Acting: agents x turns greedy forwards of one state with n_tau_act taus. Training, per agent: three
+    forwards of batch x n_quantiles rows (local and target on the next states, local on the states)
+    and the backward of the last: every layer's weight gradient (as much as its forward) plus the
+    input gradient of ff_1, advantage and value (head1's and cos_embedding's inputs are data).
+    """
+    act = sum(forward_flops(1, config.n_tau_act, config).values()) * config.n_agents * config.max_turns
+    fwd = forward_flops(config.batch_size, config.n_quantiles, config)
+    backward = sum(fwd.values()) + fwd["ff_1"] + fwd["advantage"] + fwd["value"]
+    train = (3 * sum(fwd.values()) + backward) * config.n_agents
+    return {"acting": float(act), "training": float(train), "total": float(act + train)}
+
+
+def timed_block(runner: Runner, epochs: int, per_call: int) -> float:
+    """Seconds for ``epochs`` more epochs, ``per_call`` per runner call (compiles excluded: the
+    fused runner compiles a new chunk size before its clock starts, see ``JaxFusedRunner``)."""
+    if isinstance(runner, JaxFusedRunner):
+        runner.compile(per_call)
+    started = time.perf_counter()
+    done = 0
+    while done < epochs:
+        k = min(per_call, epochs - done)
+        runner.run_epochs(k)
+        done += k
+    return time.perf_counter() - started

@@ -31,10 +31,11 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import envs, losses
+from labcore import devices, envs, losses
 from labcore.nets.actor_critic import ActorCritic
 
 ACTIVATIONS = ("tanh", "relu")
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,28 @@ class PPOConfig:
     normalize_advantages: bool = True  # per minibatch
     mask_actions: bool = True  # False: the agent may pick illegal actions (the env penalises them)
     bootstrap_truncation: bool = True  # a time-limit end bootstraps from the final observation's value
+    # 'bfloat16': the network's matmuls and activations run in bfloat16; parameters, optimizer
+    # state and the loss stay float32 (see labcore.nets.actor_critic)
+    compute_dtype: str = "float32"
     seed: int = 0
+
+    # What devices.auto_tune shrinks this config to, per device class. The batch (num_envs x
+    # num_steps) is what fills memory: the rollout and its gradients scale with it. On Colab a T4
+    # (15 GB) ran out of memory compiling 256 envs x 128 steps x 256 units; 64 x 128 x 256 fits,
+    # and 32 x 64 x 128 is the size for GPUs of 8 GiB or less. On a CPU the network's matmuls are
+    # the cost (about 6.5 MFLOP per env step at 256 units), so a few cores want 128 units and a
+    # 64-env batch to keep updates frequent. A TPU v5e chip (16 GiB of HBM) and large GPUs keep the
+    # defaults. num_minibatches must keep dividing the batch.
+    DEVICE_SIZES = devices.DeviceSizes(
+        limits={
+            "cpu": {"hidden_size": 128, ("num_envs", "num_steps"): (64, 128)},
+            "gpu-small": {"hidden_size": 128, ("num_envs", "num_steps"): (32, 64)},
+            "gpu-t4": {"hidden_size": 256, ("num_envs", "num_steps"): (64, 128)},
+            "gpu": {},
+            "tpu": {},
+        },
+        divides={"num_minibatches": ("num_envs", "num_steps")},
+    )
 
     def __post_init__(self) -> None:
         def require(ok: bool, field: str, allowed: str) -> None:
@@ -89,6 +111,7 @@ class PPOConfig:
         require(self.ent_coef >= 0, "ent_coef", ">= 0")
         require(self.max_grad_norm > 0, "max_grad_norm", "> 0")
         require(self.activation in ACTIVATIONS, "activation", f"one of {ACTIVATIONS}")
+        require(self.compute_dtype in COMPUTE_DTYPES, "compute_dtype", f"one of {COMPUTE_DTYPES}")
 
     @property
     def num_updates(self) -> int:
@@ -189,7 +212,8 @@ def make_ppo(
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     num_actions = env.num_actions
     obs_size = int(np.prod(env.observation_space(env_params).shape))
-    network = ActorCritic(num_actions, config.hidden_size, config.num_layers, config.activation)
+    network = ActorCritic(num_actions, config.hidden_size, config.num_layers, config.activation,
+                          dtype=jnp.dtype(config.compute_dtype))
     batch_size = config.num_envs * config.num_steps
 
     def schedule(count: jax.Array) -> jax.Array:

@@ -7,6 +7,11 @@ trunks.
     network = ActorCritic(num_actions=13, hidden_size=256, num_layers=2)
     params = network.init(key, obs)                 # obs: [B, D]
     logits, value = network.apply(params, obs)      # [B, A], [B]
+
+``dtype=jnp.bfloat16`` runs the matmuls and activations in bfloat16 (mixed precision): the
+parameters are created and kept in float32 (``param_dtype``), each layer casts its kernel and
+input to bfloat16, and the outputs (logits, value) come back as float32, so the loss, the
+gradients' sum and the optimizer all stay in float32.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ class ActorCritic(nn.Module):
     hidden_size: int = 256
     num_layers: int = 2
     activation: str = "tanh"  # or 'relu'
+    dtype: jnp.dtype = jnp.float32  # compute dtype of the layers; parameters stay float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -31,12 +37,14 @@ class ActorCritic(nn.Module):
 
         def trunk(x: jax.Array, name: str) -> jax.Array:
             for layer in range(self.num_layers):
-                x = act(nn.Dense(self.hidden_size, kernel_init=hidden_init, bias_init=zeros, name=f"{name}_{layer}")(x))
+                x = act(nn.Dense(self.hidden_size, kernel_init=hidden_init, bias_init=zeros, dtype=self.dtype,
+                                 param_dtype=jnp.float32, name=f"{name}_{layer}")(x))
             return x
 
-        x = obs.astype(jnp.float32)
-        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), bias_init=zeros, name="policy")(
-            trunk(x, "actor")
-        )
-        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=zeros, name="value")(trunk(x, "critic"))
-        return logits, jnp.squeeze(value, axis=-1)
+        x = obs.astype(self.dtype)
+        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), bias_init=zeros,
+                          dtype=self.dtype, param_dtype=jnp.float32, name="policy")(trunk(x, "actor"))
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=zeros, dtype=self.dtype,
+                         param_dtype=jnp.float32, name="value")(trunk(x, "critic"))
+        # float32 out: the softmax, log-probabilities, ratios and the loss are computed in float32
+        return logits.astype(jnp.float32), jnp.squeeze(value, axis=-1).astype(jnp.float32)
