@@ -2,6 +2,8 @@
 #   make lab    build .venv from requirements.txt if needed, then open JupyterLab on notebooks/
 #   make test   build the same .venv, then run the unit tests and every notebook (nbval)
 # With CI=true, `make test` sets LABCORE_QUICK=1, which shrinks every training budget.
+#   make test-compat  the same tests and notebooks on the oldest stack pyproject.toml allows, with
+#                     labcore installed as the Colab cell installs it (CI runs it after make test)
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 VENV := .venv
@@ -21,7 +23,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Longest a single notebook cell may run before nbval fails it (seconds).
 CELL_TIMEOUT ?= 3600
 
-.PHONY: lab test venv doctor
+.PHONY: lab test test-compat venv doctor colab-sync
 
 venv: $(PACKAGE_STAMP)
 
@@ -52,3 +54,37 @@ test: $(PACKAGE_STAMP)
 
 doctor: $(PACKAGE_STAMP)
 	$(BIN)/python -m labcore doctor
+
+# The oldest supported stack: requirements-oldest.txt (pyproject.toml's lower bounds) in a second
+# environment, rebuilt whenever that file changes. labcore goes into it exactly as the Colab setup
+# cell installs it (colab/cell.py runs the cell's own code, with a git+file:// URL of this
+# checkout's commit in place of GitHub): non-editable, so only what the package ships is there.
+# The unit tests and every notebook then run from a temporary folder outside the repository, so
+# nothing can be imported or read from the checkout (tests/conftest.py refuses a labcore that was).
+COMPAT_VENV := .venv-compat
+COMPAT_BIN := $(COMPAT_VENV)/bin
+COMPAT_STAMP := $(COMPAT_VENV)/.installed
+
+$(COMPAT_STAMP): requirements-oldest.txt
+	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 found on PATH" >&2; exit 1; }
+	rm -rf $(COMPAT_VENV)
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	# A new venv's pip may be too old for the `labcore @ git+file://...` form the Colab cell uses.
+	$(COMPAT_BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(COMPAT_BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-oldest.txt
+	touch $@
+
+test-compat: $(COMPAT_STAMP)
+	@git diff --quiet HEAD -- labcore pyproject.toml || echo "warning: labcore/ or pyproject.toml has uncommitted changes; test-compat installs commit $$(git rev-parse --short HEAD) without them" >&2
+	$(COMPAT_BIN)/python -m pip uninstall --quiet --yes labcore 2>/dev/null || true
+	$(COMPAT_BIN)/python colab/cell.py install --python $(CURDIR)/$(COMPAT_BIN)/python --source "git+file://$(CURDIR)@$$(git rev-parse HEAD)"
+	@run=$$(mktemp -d -t labcore-compat-XXXXXX); cp notebooks/*.ipynb $$run/; cd $$run; \
+	echo "test-compat: running from $$run with $$($(CURDIR)/$(COMPAT_BIN)/python -c 'import jax, labcore; print("jax", jax.__version__, "and labcore from", labcore.__file__)')"; \
+	LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests -p no:cacheprovider --durations=10; tests=$$?; \
+	$(CURDIR)/$(COMPAT_BIN)/python -m pytest *.ipynb -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
+	notebooks=$$?; cd $(CURDIR); rm -rf $$run; test $$tests -eq 0 && test $$notebooks -eq 0
+
+# After editing colab/setup_cell.py (a fork, a new release tag): write it into every notebook's
+# first cell, the Colab badges and colab/README.md.
+colab-sync: $(PACKAGE_STAMP)
+	$(BIN)/python colab/cell.py sync

@@ -29,6 +29,16 @@ os.environ["XLA_FLAGS"] = " ".join(
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
+# `make test-compat` runs these tests against labcore installed as the Colab cell installs it. If
+# labcore came from this checkout instead (an editable install, or the repository on sys.path),
+# the run would prove nothing about the installed package: refuse it.
+if os.environ.get("LABCORE_EXPECT_INSTALLED") == "1":
+    import labcore  # cheap: labcore does not import jax
+
+    _location = pathlib.Path(labcore.__file__).resolve()
+    if _location.is_relative_to(REPO_ROOT):
+        raise pytest.UsageError(f"LABCORE_EXPECT_INSTALLED=1 but labcore was imported from the checkout: {_location}")
+
 
 @pytest.fixture
 def repo_root() -> pathlib.Path:
