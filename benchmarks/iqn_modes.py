@@ -36,61 +36,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import statistics
-import time
 
 # Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
 # with its concurrency-optimised scheduler (see the platform notes); this setting avoids it.
 _FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
 from labcore.agents import iqn_modes  # noqa: E402
-from labcore.benchmarking import time_call, write_results  # noqa: E402
+from labcore.agents.iqn_modes import epoch_flops, timed_block, timing_config, warmup_epochs  # noqa: E402
+from labcore.benchmarking import matmul_rate, write_results  # noqa: E402
 
-N_COS = 64  # the IQN's cosine features (labcore.nets.iqn.IQN.n_cos)
-
-
-def seed_config(mode: str, n_worlds: int = 1, epochs_per_call: int = 1) -> iqn_modes.IQNRunConfig:
-    """The seed's configuration with epsilon 0 (every act runs the 256-tau forward)."""
-    return iqn_modes.IQNRunConfig(mode=mode, n_worlds=n_worlds, epochs_per_call=epochs_per_call,
-                                  epsilon_start=0.0, epsilon_min=0.0)
-
-
-def warmup_epochs(config: iqn_modes.IQNRunConfig) -> int:
-    """Epochs after which every buffer allows a train step: size - n_frames - 1 >= batch_size."""
-    return math.ceil((config.batch_size + config.n_frames + 1) / config.max_turns)
-
-
-# ----------------------------------------------------------------------------------------------
-# The floor
-
-
-def forward_flops(rows: int, n_tau: int, config: iqn_modes.IQNRunConfig) -> dict[str, int]:
-    """Multiply-add FLOPs (2 per MAC) of one IQN forward on ``rows`` states with ``n_tau`` taus each, per layer."""
-    a = config.agent_config
-    L, F, A = a.layer_size, a.in_features, a.n_actions
-    return {"head1": 2 * rows * F * L, "cos_embedding": 2 * rows * n_tau * N_COS * L, "ff_1": 2 * rows * n_tau * L * L,
-            "advantage": 2 * rows * n_tau * L * A, "value": 2 * rows * n_tau * L}
-
-
-def epoch_flops(config: iqn_modes.IQNRunConfig) -> dict[str, float]:
-    """The matmul FLOPs of one epoch (elementwise work, the noise draws and the world are left out).
-
-    Acting: agents x turns greedy forwards of one state with n_tau_act taus. Training, per agent: three
-    forwards of batch x n_quantiles rows (local and target on the next states, local on the states)
-    and the backward of the last: every layer's weight gradient (as much as its forward) plus the
-    input gradient of ff_1, advantage and value (head1's and cos_embedding's inputs are data).
-    """
-    act = sum(forward_flops(1, config.n_tau_act, config).values()) * config.n_agents * config.max_turns
-    fwd = forward_flops(config.batch_size, config.n_quantiles, config)
-    backward = sum(fwd.values()) + fwd["ff_1"] + fwd["advantage"] + fwd["value"]
-    train = (3 * sum(fwd.values()) + backward) * config.n_agents
-    return {"acting": float(act), "training": float(train), "total": float(act + train)}
+# The timing helpers (the reference configuration at epsilon 0, the warm-up, the analytic matmul
+# FLOPs and the timed block) live in labcore.agents.iqn_modes and labcore.benchmarking, where
+# notebook 04 uses the same code from an installed labcore.
 
 
 def xla_flops(config: iqn_modes.IQNRunConfig, parallel: iqn_modes.JaxParallelRunner | None = None,
@@ -111,32 +71,6 @@ def xla_flops(config: iqn_modes.IQNRunConfig, parallel: iqn_modes.JaxParallelRun
             "fused_program": flops(fused.compile(1))}
 
 
-def matmul_rate(m: int, k: int, n: int, repeats: int = 20) -> float:
-    """GFLOP/s of a jitted float32 [m, k] @ [k, n] (median of ``repeats`` calls)."""
-    a = jax.random.normal(jax.random.key(0), (m, k), jnp.float32)
-    b = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
-    seconds = time_call(jax.jit(jnp.matmul), a, b, warmup=3, repeats=repeats).median_s
-    return 2 * m * k * n / seconds / 1e9
-
-
-# ----------------------------------------------------------------------------------------------
-# Timing
-
-
-def timed_block(runner, epochs: int, per_call: int) -> float:
-    """Seconds for ``epochs`` more epochs, ``per_call`` per runner call (compiles excluded: the
-    fused runner compiles a new chunk size before its clock starts, see ``JaxFusedRunner``)."""
-    if isinstance(runner, iqn_modes.JaxFusedRunner):
-        runner.compile(per_call)
-    started = time.perf_counter()
-    done = 0
-    while done < epochs:
-        k = min(per_call, epochs - done)
-        runner.run_epochs(k)
-        done += k
-    return time.perf_counter() - started
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=10, help="timed epochs per mode and round")
@@ -152,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(args.torch_threads)
 
-    base = seed_config("jax_fused")
+    base = timing_config("jax_fused")
     warmup = warmup_epochs(base)
     print(f"warm-up {warmup} epochs per mode (pre-fill), then {args.rounds} rounds of {args.epochs} timed epochs",
           flush=True)
@@ -161,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     runners, compile_s = {}, {}
     for mode in args.modes:
         per_call = args.epochs if mode == "jax_fused" else 1
-        runner = iqn_modes.make_runner(seed_config(mode))
+        runner = iqn_modes.make_runner(timing_config(mode))
         for _ in range(warmup):
             runner.run_epochs(1)
         runners[mode], compile_s[mode] = (runner, per_call), runner.compile_s
@@ -209,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # jax_fused over many worlds, one epoch per call (one compile; the dispatch is negligible here).
     for n_worlds in args.worlds:
-        runner = iqn_modes.make_runner(seed_config("jax_fused", n_worlds))
+        runner = iqn_modes.make_runner(timing_config("jax_fused", n_worlds))
         for _ in range(warmup):
             runner.run_epochs(1)
         per_epoch = timed_block(runner, args.world_epochs, 1) / args.world_epochs

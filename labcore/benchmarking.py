@@ -4,8 +4,9 @@ JAX dispatches work asynchronously: a call returns as soon as the work is
 queued, so timing it without waiting measures the queueing, not the compute.
 And the first call of a jitted function includes tracing and compilation.
 ``time_call`` handles both (warm-up calls, then ``jax.block_until_ready`` on
-every result), and the files in ``benchmarks/`` report through
-``markdown_table`` and ``write_results``.
+every result), ``matmul_rate`` measures the device's matmul speed (the floor
+that compute-bound code is compared with), and the files in ``benchmarks/``
+report through ``markdown_table`` and ``write_results``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,22 @@ def time_call(
         jax.block_until_ready(fn(*args, **kwargs))
         times.append(time.perf_counter() - start)
     return Timing(tuple(times))
+
+
+def matmul_rate(m: int, k: int, n: int, repeats: int = 20) -> float:
+    """GFLOP/s of a jitted float32 ``[m, k] @ [k, n]`` on the default device (median of ``repeats`` calls).
+
+    The rate is measured at the matmul precision in force when it is called
+    (``jax.default_matmul_precision``), so a floor computed from it matches code timed
+    under the same setting.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (m, k), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
+    seconds = time_call(jax.jit(jnp.matmul), a, b, warmup=3, repeats=repeats).median_s
+    return 2 * m * k * n / seconds / 1e9
 
 
 def _format_cell(value: Any) -> str:
