@@ -3,14 +3,18 @@
 A notebook here must: be valid nbformat; be committed without outputs; open with a markdown
 title that says what it teaches; have as first code cell the Colab setup cell from
 colab/setup_cell.py; size its training with labcore.budget; check results with assert; set at
-least three exercises checked by labcore.exercises, each followed by a passing solution; and be
-linked from the README and the Colab page.
+least three exercises checked by labcore.exercises, each followed by a passing solution; read no
+file outside the installed package (users run the notebooks after a non-editable install, on
+Colab or from any folder, where the repository's tests/, benchmarks/ and README are not there);
+and be linked from the README and the Colab page.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import re
+import tokenize
 
 import nbformat
 import pytest
@@ -33,6 +37,52 @@ def stored_output_problems(nb: nbformat.NotebookNode) -> list[str]:
             problems.append(f"cell {index} has stored outputs")
         if cell.get("execution_count") is not None:
             problems.append(f"cell {index} has an execution count")
+    return problems
+
+
+# Folders and files of the repository that an installed labcore does not have.
+REPOSITORY_NAMES = {"tests", "benchmarks", "colab", "notebooks"}
+WALKS_UP = re.compile(r"\.\s*parent\s*\.\s*parent\b|\.\s*parents\s*\[")
+CHANGES_DIRECTORY = re.compile(r"\bos\s*\.\s*chdir\s*\(|^\s*%cd\b", re.MULTILINE)
+
+
+def _code_and_strings(source: str) -> tuple[str, list[str]]:
+    """The cell's code with strings and comments blanked, and the contents of its string literals."""
+    code, strings = [], []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.STRING:
+                body = re.sub(r"^[rbuf]*", "", token.string, flags=re.IGNORECASE)
+                quote = body[:3] if body[:3] in ('"""', "'''") else body[:1]
+                strings.append(body[len(quote):-len(quote)])
+                code.append('""')
+            elif token.type != tokenize.COMMENT:
+                code.append(token.string)
+    except (tokenize.TokenError, IndentationError):  # magics and shell lines: fall back to the raw text
+        return source, re.findall(r"""["']([^"'\n]*)["']""", source)
+    return " ".join(code), strings
+
+
+def repository_reads(source: str) -> list[str]:
+    """What in one code cell reads files outside the installed package: walking up from a module's
+    or the notebook's folder (``.parent.parent``, ``.parents[i]``), a path literal naming a folder
+    or file of the repository (tests/, benchmarks/, colab/, notebooks/, README) or going up
+    (``..``), or changing the working directory."""
+    code, strings = _code_and_strings(source)
+    problems = []
+    if WALKS_UP.search(code):
+        problems.append("walks up the folder tree (.parent.parent / .parents[...])" +
+                        (" from __file__" if "__file__" in code else ""))
+    if CHANGES_DIRECTORY.search(source):
+        problems.append("changes the working directory")
+    for text in strings:
+        if not text or any(c.isspace() for c in text):  # prose, not a path
+            continue
+        parts = re.split(r"[/\\]", text)
+        if ".." in parts:
+            problems.append(f"relative path out of the notebook's folder: {text!r}")
+        elif any(part in REPOSITORY_NAMES or part.startswith("README") for part in parts):
+            problems.append(f"path into the repository: {text!r}")
     return problems
 
 
@@ -66,6 +116,36 @@ def test_stored_output_rule_catches_outputs_and_counts():
     ]
 
 
+@pytest.mark.parametrize("source", [
+    'bench = pathlib.Path(labcore.__file__).parent.parent / "benchmarks" / "iqn_modes.py"',
+    'TESTS = pathlib.Path(labcore.__file__).parent.parent.joinpath("tests").glob("test_*.py")',
+    'root = Path(__file__).resolve().parents[1]',
+    'text = open("../README.md").read()',
+    "table = Path('README.md').read_text()",
+    'spec = importlib.util.spec_from_file_location("b", "benchmarks/iqn_modes.py")',
+    'cell = (Path("colab") / "setup_cell.py").read_text()',
+    'import os\nos.chdir("..")',
+    '%cd ..\nx = 1',
+    'data = np.load(r"..\\data\\x.npy")',
+])
+def test_repository_read_rule_catches_reads_outside_the_package(source):
+    assert repository_reads(source), source
+
+
+@pytest.mark.parametrize("source", [
+    'runs_dir = Path("runs") / "05_masked_ppo"  # written next to the notebook',
+    'print("the same comparisons run in tests/test_iqn_parity.py on every commit")',
+    "# benchmarks/iqn_modes.py measures the same at a larger size\nx = 1",
+    'from labcore.agents.iqn_modes import timed_block\nfrom labcore.benchmarking import matmul_rate',
+    'workdir = Path(tempfile.mkdtemp(prefix="labcore-03-"))',
+    'package_data = pathlib.Path(labcore.__file__).parent / "envs"',
+    'x = a[1:3]  # slices are not paths\ny = f"{x!r}"',
+    '!pip install -q labcore',
+])
+def test_repository_read_rule_passes_cells_that_stay_in_the_package(source):
+    assert repository_reads(source) == [], source
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 class TestNotebookConventions:
     def test_valid_and_committed_without_outputs(self, path):
@@ -92,6 +172,14 @@ class TestNotebookConventions:
         assert "labcore.budget(" in sources
         assert re.search(r"^\s*assert ", sources, re.MULTILINE)
         assert "TODO" not in path.read_text()
+
+    def test_reads_no_file_outside_the_installed_package(self, path):
+        problems = {index: found for index, cell in enumerate(nbformat.read(path, as_version=4).cells)
+                    if cell.cell_type == "code" and (found := repository_reads(cell.source))}
+        assert problems == {}, (
+            f"{path.name} reads files an installed labcore does not have (cell: problems): {problems}; "
+            "move what the cell needs into labcore, or its check into tests/"
+        )
 
     def test_prose_between_code(self, path):
         # Explain before running: never more than three code cells in a row without markdown.
