@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TypeVar
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "budget", "is_quick"]
 
