@@ -130,7 +130,7 @@ def install_as_colab(python: str, source: str, timeout: float = 900) -> subproce
 
     `source` is a pip URL such as ``git+file:///path/to/clone@COMMIT``. The cell runs from a fresh
     temporary folder, so nothing is importable from a checkout, and it sees ``google.colab`` in
-    ``sys.modules`` as it does on Colab. Raises CalledProcessError when the install fails.
+    ``sys.modules`` as it does on Colab. Raises RuntimeError, with pip's output, when the install fails.
     """
     text = cell_text()
     requirement = labcore_requirement(text)
@@ -141,8 +141,10 @@ def install_as_colab(python: str, source: str, timeout: float = 900) -> subproce
     ])
     assert f"labcore @ {source}" in code, "the cell's LABCORE line was not replaced"
     with tempfile.TemporaryDirectory(prefix="labcore-colab-") as folder:
-        return subprocess.run([python, "-c", code], cwd=folder, check=True, timeout=timeout,
-                              capture_output=True, text=True)
+        result = subprocess.run([python, "-c", code], cwd=folder, timeout=timeout, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"the setup cell failed in {python} (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install":
         try:
             result = install_as_colab(args.python, args.source)
-        except subprocess.CalledProcessError as error:
-            print(error.stdout, error.stderr, sep="\n", file=sys.stderr)
+        except RuntimeError as error:
+            print(error, file=sys.stderr)
             return 1
         print(result.stdout, end="")
         return 0

@@ -83,12 +83,16 @@ def test_sync_rewrites_a_fork_everywhere(tmp_path):
 
 def _fresh_environment_seeing(site_packages: str, folder: pathlib.Path) -> pathlib.Path:
     """A new venv whose path also holds `site_packages`, as a Colab runtime holds its preinstalled stack."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     python = folder / "bin" / "python"
+    # A new venv's own pip (23.2 with Python 3.11) rejects the `labcore @ git+file://...` form;
+    # Colab's is current, and so is this one after the upgrade.
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", "pip"],
+                   check=True, timeout=300)
     target = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                             check=True, capture_output=True, text=True).stdout.strip()
-    # A plain path line: the preinstalled packages (and their pip) become importable, but .pth files
-    # there, such as this checkout's editable install of labcore, are not processed.
+    # A plain path line, after the venv's own packages: the preinstalled stack becomes importable,
+    # but .pth files there, such as this checkout's editable install of labcore, are not processed.
     pathlib.Path(target, "preinstalled.pth").write_text(site_packages + "\n")
     return python
 
