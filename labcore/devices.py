@@ -354,12 +354,3 @@ def auto_tune(config: Any, info: DeviceReport | None = None) -> tuple[Any, list[
             changes[field] = count
     lines = [f"{field}: {getattr(config, field)} -> {value} ({kind})" for field, value in changes.items()]
     return dataclasses.replace(config, **changes), lines
-
-
-def __getattr__(name: str) -> Any:
-    # ``TUNING`` was PPO's table when auto_tune knew only PPO; it now lives with PPOConfig.
-    if name == "TUNING":
-        from labcore.agents.ppo import PPOConfig
-
-        return PPOConfig.DEVICE_SIZES.limits
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

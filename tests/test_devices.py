@@ -226,12 +226,6 @@ def test_device_sizes_must_name_every_device_class():
         devices.DeviceSizes(limits={"cpu": {}, "gpu-small": {}, "gpu-t4": {}, "gpu": {}})
 
 
-def test_the_old_ppo_table_name_still_answers():
-    from labcore.agents.ppo import PPOConfig
-
-    assert devices.TUNING is PPOConfig.DEVICE_SIZES.limits
-
-
 def test_default_matmul_precision_per_platform():
     assert devices.default_matmul_precision(FAKE_REPORTS["cpu"]) == "float32"
     assert devices.default_matmul_precision(FAKE_REPORTS["tpu"]) == "bfloat16"
