@@ -77,3 +77,17 @@ def test_gflownet_speed_benchmark_reports_every_trainer(tmp_path):
     assert all(r["iterations/s"] > 0 for r in rows)
     assert rows[0]["gradient alone (ms)"] > 0 and rows[1]["speed-up alone"] > 0
     assert "| trainer |" in out.stdout
+
+
+def test_device_updates_benchmark_times_ppo_in_both_dtypes_and_dqn(tmp_path):
+    script = REPO_ROOT / "benchmarks" / "device_updates.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--repeats", "2", "--skip-large", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "device_updates.json").read_text())
+    assert [(r["update"].split()[0], r["compute"]) for r in data["rows"]] == [
+        ("PPO", "float32"), ("PPO", "bfloat16"), ("DQN", "float32")]
+    assert all(r["median ms"] > 0 and r["temp MiB"] > 0 for r in data["rows"])
+    assert data["rows"][0]["time vs float32"] == 1 and data["machine"]["device_kind"]
