@@ -227,6 +227,19 @@ def test_device_sizes_must_name_every_device_class():
 
 
 def test_default_matmul_precision_per_platform():
+    # What each platform does under JAX's default setting, whatever state earlier tests left behind.
+    with jax.default_matmul_precision(None):
+        _check_default_precision_per_platform()
+    with jax.default_matmul_precision("highest"):
+        for report in FAKE_REPORTS.values():
+            assert devices.default_matmul_precision(report) == "float32"
+    with jax.default_matmul_precision("high"):
+        assert devices.default_matmul_precision(FAKE_REPORTS["tpu"]) == "bfloat16_3x"
+    assert devices.default_matmul_precision() in {"float32", "tf32", "bfloat16"}  # this machine
+
+
+def _check_default_precision_per_platform():
+    assert jax.config.jax_default_matmul_precision is None
     assert devices.default_matmul_precision(FAKE_REPORTS["cpu"]) == "float32"
     assert devices.default_matmul_precision(FAKE_REPORTS["tpu"]) == "bfloat16"
     assert devices.default_matmul_precision(FAKE_REPORTS["gpu"]) == "tf32"  # an A100 (Ampere)
@@ -234,12 +247,6 @@ def test_default_matmul_precision_per_platform():
     assert devices.default_matmul_precision(fake_report("gpu", 80, "NVIDIA H100 80GB HBM3")) == "tf32"
     assert devices.default_matmul_precision(fake_report("gpu", 16, "Tesla V100-SXM2-16GB")) == "float32"
     assert devices.default_matmul_precision(fake_report("gpu", 24, "NVIDIA L4")) == "tf32"
-    with jax.default_matmul_precision("highest"):
-        for report in FAKE_REPORTS.values():
-            assert devices.default_matmul_precision(report) == "float32"
-    with jax.default_matmul_precision("high"):
-        assert devices.default_matmul_precision(FAKE_REPORTS["tpu"]) == "bfloat16_3x"
-    assert devices.default_matmul_precision() in {"float32", "tf32", "bfloat16"}  # this machine
 
 
 def test_matmul_error_against_float64():

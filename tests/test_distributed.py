@@ -27,12 +27,13 @@ def alive(pid: int) -> bool:
 def test_two_processes_of_two_devices_psum_across_processes():
     result = distributed.launch(["cluster-check"], num_processes=2, devices_per_process=2, timeout_s=120, stream=None)
     assert result.returncode == 0, result.message + "\n" + "\n".join(sum(result.output, []))
-    reports = [line for lines in result.output for line in lines if line.startswith("cluster-check")]
-    assert len(reports) == 2
+    # The workers' stdout and stderr share one pipe, so a C++ log line (Gloo's) can land on the same
+    # line as a report, before or after it: find the report inside the line, and read its tokens.
+    reports = [match.group(0) for lines in result.output for line in lines
+               for match in re.finditer(r"cluster-check \{[^}]*\}", line)]
+    assert len(reports) == 2, "\n".join(sum(result.output, []))
     for report in reports:
         assert "'devices': 4" in report and "'psum': 10.0" in report and "'local_devices': 2" in report
-    # The workers' stdout and stderr share one pipe, so a C++ log line (Gloo's) can land right after a
-    # report on the same line: read the fingerprint token itself, not the rest of the line.
     fingerprints = [re.search(r"'mean_fingerprint': '([0-9a-f]+)'", report) for report in reports]
     assert all(fingerprints), reports
     assert len({match.group(1) for match in fingerprints}) == 1  # same bits in both
