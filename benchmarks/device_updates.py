@@ -8,7 +8,7 @@ Rows, each compiled first and then timed over ``--repeats`` calls waited for wit
   on the device inside the same program;
 - the PPO update at 64 envs x 128 steps x 256 units (the size ``auto_tune`` keeps on a T4), both dtypes;
 - DQN's jitted update on a batch of 128 CartPole transitions (the (120, 84) MLP) and on a batch of
-  32 Atari frame stacks (the Nature CNN, 84 x 84 x 4 uint8): the gradient step alone.
+  32 Atari frame stacks (the Nature CNN, 4 x 84 x 84 uint8): the gradient step alone.
 
 ``temp MiB`` is XLA's scratch memory for the compiled program (``memory_analysis()``). Notebook 06
 measures the first and the DQN CartPole row on whatever device runs it; this script is how the
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     observations = jax.random.normal(jax.random.key(2), (128, 4))
     rows.append(dqn_row("DQN CartPole, batch 128", "mlp", observations, 2, args.repeats))
     if not args.skip_large:
-        frames = jax.random.randint(jax.random.key(3), (32, 84, 84, 4), 0, 256).astype(jnp.uint8)
+        frames = jax.random.randint(jax.random.key(3), (32, 4, 84, 84), 0, 256).astype(jnp.uint8)  # [B, stack, H, W]
         rows.append(dqn_row("DQN Nature CNN, batch 32", "nature_cnn", frames, 4, args.repeats))
     for row in rows:  # bfloat16 beside float32 of the same update, measured in this run
         base = next(r for r in rows if r["update"] == row["update"] and r["compute"] == "float32")
