@@ -1,11 +1,11 @@
 """Multi-process DQN throughput on this machine: 1, 2 and 4 processes on loopback.
 
-* ``data-parallel`` (``labcore.agents.dqn_distributed`` under ``labcore.distributed.launch``): P
+* ``data-parallel`` (``labcore.agents.dqn.multi_process`` under ``labcore.distributed.launch``): P
   processes x 1 CPU device, each device with its own envs and replay, gradients averaged across
   processes every update. Rates are steady-state: from the end of the first learning chunk to
   the end of the run (compiles and start-up excluded). Each device makes the same number of
   updates, so updates/s is the cluster's update rate and env steps/s counts every device's steps.
-* ``actor-learner`` (``labcore.agents.dqn_actor_learner``): P actor processes and one learner;
+* ``actor-learner`` (``labcore.agents.dqn.actor_learner``): P actor processes and one learner;
   actor steps/s from the first batch received, learner updates/s at a replay ratio of one
   update per ``train_frequency`` transitions.
 
@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 from labcore import distributed
-from labcore.agents import dqn, dqn_actor_learner
+from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn import actor_learner as dqn_actor_learner
 from labcore.benchmarking import write_results
 
 FLAGS = ["--env", "CartPole-v1", "--learning-starts", "1000", "--buffer-size", "5000", "--exploration-fraction", "0.3",

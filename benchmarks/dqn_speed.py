@@ -3,7 +3,7 @@
 For CartPole-v1 (MLP, batch 128, one update every 10 steps) and ALE/Breakout-v5 (Nature CNN,
 batch 32, one update every 4 steps), in one run on one machine:
 
-* ``labcore``: ``labcore.agents.dqn_loop.train`` (transitions collected on the host, one jitted
+* ``labcore``: ``labcore.agents.dqn.host_loop.train`` (transitions collected on the host, one jitted
   ``learn`` call per update, replay on the device; for Breakout the frame-once replay);
 * ``per-step loop``: the structure of the well-known single-file JAX DQNs: a host epsilon coin,
   one jitted greedy-action call per step, a numpy ring buffer, a numpy batch handed to a jitted
@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from labcore import devices, envs
-from labcore.agents import dqn, dqn_loop
+from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn import host_loop as dqn_loop
 from labcore.benchmarking import time_call, write_results
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 
-from labcore.agents import gflownet_train
-from labcore.agents.gflownet import GFlowNetConfig
+from labcore.agents.gflownet import trainers as gflownet_train
+from labcore.agents.gflownet.core import GFlowNetConfig
 from labcore.benchmarking import write_results
 
 

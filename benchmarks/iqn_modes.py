@@ -1,7 +1,7 @@
 """The four IQN run modes side by side: epochs per second, speed-up over PyTorch, and the compute floor.
 
 The seed's configuration: treasurehunt 10 x 10, 5 agents, 50 turns per epoch; iRainbow with
-layer 250, batch 256, 12 quantiles, 256 acting taus, 5 frames (``labcore.agents.iqn_modes``).
+layer 250, batch 256, 12 quantiles, 256 acting taus, 5 frames (``labcore.agents.iqn.modes``).
 Only steady-state epochs are timed:
 
 * every mode first plays ``--warmup`` epochs (default: just enough that every agent's buffer allows
@@ -44,12 +44,12 @@ import statistics
 _FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 
-from labcore.agents import iqn_modes  # noqa: E402
-from labcore.agents.iqn_modes import epoch_flops, timed_block, timing_config, warmup_epochs  # noqa: E402
+from labcore.agents.iqn import modes as iqn_modes  # noqa: E402
+from labcore.agents.iqn.modes import epoch_flops, timed_block, timing_config, warmup_epochs  # noqa: E402
 from labcore.benchmarking import matmul_rate, write_results  # noqa: E402
 
 # The timing helpers (the reference configuration at epsilon 0, the warm-up, the analytic matmul
-# FLOPs and the timed block) live in labcore.agents.iqn_modes and labcore.benchmarking, where
+# FLOPs and the timed block) live in labcore.agents.iqn.modes and labcore.benchmarking, where
 # notebook 04 uses the same code from an installed labcore.
 
 

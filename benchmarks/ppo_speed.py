@@ -1,6 +1,6 @@
 """Masked PPO throughput: environment steps per second once compiled, compile time apart.
 
-Rows, each one ``jax.jit`` of ``labcore.agents.ppo.make_train`` (the whole training run):
+Rows, each one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole training run):
 
 * (a) CartPole-v1, PureJaxRL's settings (4 envs x 128 steps, 64 x 2 tanh), masking and metrics on;
   beside it the same run stripped to what PureJaxRL computes (no mask, no truncation bootstrap,
@@ -28,7 +28,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from labcore.agents import ppo  # noqa: E402
+from labcore.agents.ppo import core as ppo  # noqa: E402
 from labcore.benchmarking import write_results  # noqa: E402
 
 

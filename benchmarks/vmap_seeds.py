@@ -3,9 +3,9 @@
 Same CartPole-v1 configuration everywhere (MLP 120-84, batch 128, one update every 10 steps,
 buffer 10k, learning from step 2,000):
 
-* ``host loop``: ``labcore.agents.dqn_loop.train`` over gymnasium, one seed; steps/s over the
+* ``host loop``: ``labcore.agents.dqn.host_loop.train`` over gymnasium, one seed; steps/s over the
   last three quarters of the run (its small jit compile excluded);
-* ``jitted scan``: ``labcore.agents.dqn_scan.make_train`` over gymnax, ``jax.jit(jax.vmap(train))``
+* ``jitted scan``: ``labcore.agents.dqn.scan.make_train`` over gymnax, ``jax.jit(jax.vmap(train))``
   on N keys: N agents trained in one call; compile time reported separately, then one timed run.
 
     python benchmarks/vmap_seeds.py                       # 20k steps per seed; 1, 8, 64, 256 seeds
@@ -27,7 +27,9 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from labcore.agents import dqn, dqn_loop, dqn_scan  # noqa: E402
+from labcore.agents.dqn import core as dqn  # noqa: E402
+from labcore.agents.dqn import host_loop as dqn_loop
+from labcore.agents.dqn import scan as dqn_scan
 from labcore.benchmarking import write_results  # noqa: E402
 
 

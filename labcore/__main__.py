@@ -152,12 +152,12 @@ def _flag_type(annotation: str):
 
 def _config_class(name: str):
     if name == "IQNRunConfig":  # its own import: the other configs need not load for it
-        from labcore.agents.iqn_modes import IQNRunConfig
+        from labcore.agents.iqn.modes import IQNRunConfig
 
         return IQNRunConfig
-    from labcore.agents.dqn import DQNConfig
-    from labcore.agents.gflownet import GFlowNetConfig
-    from labcore.agents.ppo import PPOConfig
+    from labcore.agents.dqn.core import DQNConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
+    from labcore.agents.ppo.core import PPOConfig
 
     return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig, "GFlowNetConfig": GFlowNetConfig}[name]
 
@@ -197,7 +197,7 @@ def _train_dqn(args: argparse.Namespace) -> int:
     if distributed.launched():  # a worker of `python -m labcore launch`: data-parallel over the cluster
         distributed.initialize()  # before anything touches a device
         return _train_dqn_distributed(args)
-    from labcore.agents import dqn_loop
+    from labcore.agents.dqn import host_loop as dqn_loop
 
     config = _auto_tuned(args, _config_from(args))
     print(config)
@@ -222,7 +222,7 @@ def _train_dqn(args: argparse.Namespace) -> int:
 def _train_dqn_distributed(args: argparse.Namespace) -> int:
     import jax
 
-    from labcore.agents import dqn_distributed
+    from labcore.agents.dqn import multi_process as dqn_distributed
 
     config = _auto_tuned(args, _config_from(args))
     if jax.process_index() == 0:
@@ -241,7 +241,7 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
 def _train_gflownet(args: argparse.Namespace) -> int:
     import time
 
-    from labcore.agents import gflownet_train
+    from labcore.agents.gflownet import trainers as gflownet_train
     from labcore.logging import MetricsLogger
 
     config = _auto_tuned(args, _config_from(args, "GFlowNetConfig"))
@@ -277,7 +277,7 @@ def _cpu_scheduler_flag() -> None:
 
 
 def _train_iqn(args: argparse.Namespace) -> int:
-    from labcore.agents import iqn_modes
+    from labcore.agents.iqn import modes as iqn_modes
 
     config = _auto_tuned(args, _config_from(args, "IQNRunConfig"))
     print(config)
@@ -288,7 +288,7 @@ def _train_iqn(args: argparse.Namespace) -> int:
 
 
 def _eval_iqn(args: argparse.Namespace) -> int:
-    from labcore.agents import iqn_modes
+    from labcore.agents.iqn import modes as iqn_modes
 
     overrides = {field.name: getattr(args, field.name) for field in dataclasses.fields(iqn_modes.IQNRunConfig)
                  if field.name not in _IQN_TRAINING_ONLY and getattr(args, field.name) is not None}
@@ -305,7 +305,7 @@ def _eval_iqn(args: argparse.Namespace) -> int:
 
 
 def _train_ppo(args: argparse.Namespace) -> int:
-    from labcore.agents import ppo_run
+    from labcore.agents.ppo import run as ppo_run
 
     config = _auto_tuned(args, _config_from(args, "PPOConfig"))
     print(config)
@@ -317,7 +317,8 @@ def _train_ppo(args: argparse.Namespace) -> int:
 
 
 def _eval_ppo(args: argparse.Namespace) -> int:
-    from labcore.agents import ppo, ppo_run
+    from labcore.agents.ppo import core as ppo
+    from labcore.agents.ppo import run as ppo_run
 
     config, runner = ppo_run.load_checkpoint(args.checkpoint, args.step)
     returns = ppo_run.play_returns(ppo.make_ppo(config), runner.params, args.episodes, args.seed)
@@ -330,7 +331,7 @@ def _eval_ppo(args: argparse.Namespace) -> int:
 
 
 def _eval_dqn(args: argparse.Namespace) -> int:
-    from labcore.agents import dqn_loop
+    from labcore.agents.dqn import host_loop as dqn_loop
 
     config, state = dqn_loop.load_checkpoint(args.checkpoint, args.step)
     scores = dqn_loop.evaluate(config, state.params, episodes=args.episodes, epsilon=args.epsilon, seed=args.seed)

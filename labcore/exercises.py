@@ -859,7 +859,7 @@ def _quantile_huber_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _quantile_huber_reference(td, taus, valid):
-    """The loss exactly as labcore.agents.iqn.loss_and_draws computes it from td (tests/test_exercises.py
+    """The loss exactly as labcore.agents.iqn.core.loss_and_draws computes it from td (tests/test_exercises.py
     checks it against the PyTorch reference's quantile_huber_terms(...).mean())."""
     import jax.numpy as jnp
 
@@ -883,7 +883,7 @@ def _current_state_reference(states, idx, n_frames):
     """labcore's buffer_current_state on a FrameBuffer holding ``states`` with write position ``idx``."""
     import jax.numpy as jnp
 
-    from labcore.agents import iqn
+    from labcore.agents.iqn import core as iqn
 
     capacity, obs = states.shape
     config = iqn.IQNConfig(obs_size=obs, n_frames=n_frames, memory=capacity, batch_size=1)

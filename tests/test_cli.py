@@ -6,7 +6,7 @@ import json
 import pytest
 
 from labcore import __main__ as cli
-from labcore.agents import dqn
+from labcore.agents.dqn import core as dqn
 
 
 def config_for(*flags):
@@ -62,7 +62,7 @@ def ppo_config_for(*flags):
 
 
 def test_every_ppo_config_field_is_a_flag():
-    from labcore.agents.ppo import PPOConfig
+    from labcore.agents.ppo.core import PPOConfig
 
     parser = cli.build_parser()
     ppo_parser = parser._subparsers._group_actions[0].choices["train"]._subparsers._group_actions[0].choices["ppo"]
@@ -131,7 +131,7 @@ def iqn_config_for(*flags):
 
 
 def test_every_iqn_config_field_is_a_flag():
-    from labcore.agents.iqn_modes import IQNRunConfig
+    from labcore.agents.iqn.modes import IQNRunConfig
 
     parser = cli.build_parser()
     subcommands = parser._subparsers._group_actions[0].choices

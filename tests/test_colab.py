@@ -108,7 +108,7 @@ def test_the_colab_cell_installs_labcore_from_git_into_a_fresh_environment(tmp_p
     python = _fresh_environment_seeing(sysconfig.get_paths()["purelib"], tmp_path / "env")
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    probe = ("import labcore, labcore.envs.vault, labcore.agents.ppo; "
+    probe = ("import labcore, labcore.envs.vault, labcore.agents.ppo.core; "
              "print(labcore.__file__); print(labcore.__version__)")
     before = subprocess.run([python, "-c", probe], cwd=outside, capture_output=True, text=True)
     assert before.returncode != 0, "labcore must not be importable before the cell runs"

@@ -81,7 +81,7 @@ def test_device_class_sorts_gpus_by_memory():
 
 
 def test_auto_tune_follows_the_colab_settings_for_ppo_and_only_shrinks():
-    from labcore.agents.ppo import PPOConfig
+    from labcore.agents.ppo.core import PPOConfig
 
     seed_config = PPOConfig()  # the default: 256 envs x 128 steps x 256 units
     t4, changes = devices.auto_tune(seed_config, fake_report("gpu", 15))
@@ -106,7 +106,7 @@ def test_synchronous_cpu_dispatch_takes_effect_only_before_jax_runs():
     script = textwrap.dedent("""
         import warnings
         from labcore import devices
-        from labcore.agents import dqn_loop  # importing labcore's agents must not start a backend
+        from labcore.agents.dqn import host_loop as dqn_loop  # importing labcore's agents must not start a backend
         assert devices.synchronous_cpu_dispatch() is True
         import jax, jax.numpy as jnp
         assert jax.config.values["jax_cpu_enable_async_dispatch"] is False
@@ -134,11 +134,11 @@ FAKE_REPORTS = {
 
 def _configs():
     """(default, large, small) configs of every algorithm: large exceeds every device class's sizes."""
-    from labcore.agents.dqn import DQNConfig
-    from labcore.agents.gflownet import GFlowNetConfig
-    from labcore.agents.iqn import IQNConfig
-    from labcore.agents.iqn_modes import IQNRunConfig
-    from labcore.agents.ppo import PPOConfig
+    from labcore.agents.dqn.core import DQNConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
+    from labcore.agents.iqn.core import IQNConfig
+    from labcore.agents.iqn.modes import IQNRunConfig
+    from labcore.agents.ppo.core import PPOConfig
 
     return {
         "DQNConfig": (DQNConfig(), DQNConfig.nature_atari(buffer_size=2_000_000, batch_size=1024, num_envs=1,
@@ -195,7 +195,7 @@ def test_auto_tune_fits_every_algorithm_and_only_shrinks(name, kind):
 
 
 def test_auto_tune_keeps_ppo_minibatches_dividing_the_batch():
-    from labcore.agents.ppo import PPOConfig
+    from labcore.agents.ppo.core import PPOConfig
 
     for kind, report in FAKE_REPORTS.items():
         tuned, _ = devices.auto_tune(PPOConfig(num_envs=1000, num_steps=120, num_minibatches=6,
@@ -205,7 +205,7 @@ def test_auto_tune_keeps_ppo_minibatches_dividing_the_batch():
 
 
 def test_auto_tune_caps_every_layer_of_a_width_tuple():
-    from labcore.agents.dqn import DQNConfig
+    from labcore.agents.dqn.core import DQNConfig
 
     tuned, changes = devices.auto_tune(DQNConfig(hidden_sizes=(512, 64, 300)), FAKE_REPORTS["cpu"])
     assert tuned.hidden_sizes == (256, 64, 256)

@@ -139,7 +139,7 @@ def test_launched_workers_run_on_the_cpu_when_the_parent_names_an_accelerator(mo
 def test_actor_processes_run_on_the_cpu_when_the_parent_names_an_accelerator(monkeypatch):
     import jax
 
-    from labcore.agents import dqn_actor_learner
+    from labcore.agents.dqn import actor_learner as dqn_actor_learner
 
     jax.devices()
     monkeypatch.setenv("JAX_PLATFORMS", "tpu")  # an actor inheriting this dies at its first JAX call
@@ -195,7 +195,7 @@ def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters
 
 
 def actor_learner_config(**overrides):
-    from labcore.agents import dqn
+    from labcore.agents.dqn import core as dqn
 
     settings = dict(env_id="CartPole-v1", total_steps=40_000, learning_starts=1000, buffer_size=10_000, exploration_fraction=0.3)
     settings.update(overrides)
@@ -203,7 +203,7 @@ def actor_learner_config(**overrides):
 
 
 def test_actor_learner_improves_the_policy_and_reports_throughput_and_staleness():
-    from labcore.agents import dqn_actor_learner
+    from labcore.agents.dqn import actor_learner as dqn_actor_learner
 
     config = actor_learner_config()
     result = dqn_actor_learner.run(config, num_actors=2, broadcast_every=10, log_every=500)
@@ -225,7 +225,7 @@ def test_actor_learner_stops_with_a_clear_error_when_an_actor_dies():
     import signal
     import threading
 
-    from labcore.agents import dqn_actor_learner
+    from labcore.agents.dqn import actor_learner as dqn_actor_learner
 
     def kill_one_actor():
         deadline = time.monotonic() + 60

@@ -7,7 +7,7 @@ import optax
 import pytest
 import rlax
 
-from labcore.agents import dqn
+from labcore.agents.dqn import core as dqn
 from labcore.nets.q_networks import make_q_network
 
 

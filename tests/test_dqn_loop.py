@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from labcore.agents import dqn, dqn_loop
+from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn import host_loop as dqn_loop
 
 SMALL = dqn.DQNConfig(
     total_steps=3_000, buffer_size=1_000, batch_size=32, learning_starts=500, train_frequency=10,

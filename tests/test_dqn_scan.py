@@ -4,7 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from labcore.agents import dqn, dqn_scan
+from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn import scan as dqn_scan
 
 
 def small_config(**overrides):

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from labcore import frame_replay
-from labcore.agents.dqn import Transition
+from labcore.agents.dqn import frame_replay
+from labcore.agents.dqn.core import Transition
 
 FRAME = (2, 3)  # tiny frames: the logic does not depend on the size
 

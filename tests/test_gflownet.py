@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from labcore.agents import gflownet
+from labcore.agents.gflownet import core as gflownet
 from labcore.envs import hypergrid
 from labcore.torch_ref import gflownet as ref
 
@@ -191,7 +191,7 @@ def test_batched_pytorch_losses_equal_the_loops(loss):
 
 
 def test_config_names_the_bad_field():
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     for field, value in [("loss", "xx"), ("trainer", "tf"), ("height", 1), ("subtb_lambda", 0.0), ("learning_rate", -1.0),
                          ("exploration_epsilon", 1.5)]:
@@ -201,7 +201,7 @@ def test_config_names_the_bad_field():
 
 def test_pytorch_trainer_learns_the_2d_grid():
     """TB, all PyTorch, D=2/H=8: L1 (sum form) of the recent samples falls well below its start."""
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     result = ref.train(GFlowNetConfig(loss="tb", iterations=400, batch_size=16, l1_samples=2000, hidden_size=64), log_every=100)
     first, last = result["l1"][0][1], result["l1"][-1][1]
@@ -235,7 +235,7 @@ def test_bridge_round_trips_parameters_exactly_and_outputs_agree():
 def test_parameter_gradients_match_pytorch(loss):
     """The JAX loss of the JAX copy of an agent, differentiated with respect to its parameters,
     equals PyTorch autograd on the agent itself."""
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     config = GFlowNetConfig(loss=loss, ndim=2, height=8, hidden_size=32)
     agent = small_agent()
@@ -258,8 +258,8 @@ def test_parameter_gradients_match_pytorch(loss):
 def test_hybrid_and_torch_trainers_track_each_other():
     """Same seed: the same initial agent and the same sampled batches while the parameters agree,
     so the two loss trajectories coincide at first and stay close."""
-    from labcore.agents import gflownet_train
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet import trainers as gflownet_train
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     settings = dict(loss="tb", iterations=60, batch_size=16, hidden_size=64, l1_samples=500)
     torch_run = gflownet_train.train(GFlowNetConfig(trainer="torch", **settings), log_every=30)
@@ -272,7 +272,7 @@ def test_hybrid_and_torch_trainers_track_each_other():
 
 
 def test_jax_sampler_makes_valid_trajectories():
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     config = GFlowNetConfig(ndim=3, height=4, batch_size=64, hidden_size=16, exploration_epsilon=0.5)
     grid = config.grid
@@ -295,7 +295,7 @@ def test_jax_sampler_makes_valid_trajectories():
 def test_stepwise_sampler_draws_the_scan_samplers_trajectories(loss):
     """Phase 2 (a Python loop of jitted steps, stopping early) and phase 3 (one lax.scan) give the
     same batch for the same parameters and key, padding included."""
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     config = GFlowNetConfig(ndim=3, height=5, batch_size=8, hidden_size=16, exploration_epsilon=0.3, loss=loss)
     params = gflownet.init_params(config, jax.random.key(3))
@@ -313,8 +313,8 @@ def test_stepwise_sampler_draws_the_scan_samplers_trajectories(loss):
 def test_phase_two_trainer_follows_the_all_jax_trainer():
     """jax_policy and jax start from the same parameters and keys, so they sample the same
     trajectories; only the compiled programs differ (float rounding), so losses agree closely."""
-    from labcore.agents import gflownet_train
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet import trainers as gflownet_train
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     settings = dict(loss="db", iterations=40, batch_size=16, hidden_size=32, l1_samples=400)
     stepwise = gflownet_train.train(GFlowNetConfig(trainer="jax_policy", **settings), log_every=20)
@@ -325,7 +325,7 @@ def test_phase_two_trainer_follows_the_all_jax_trainer():
 
 
 def test_jax_trainer_vmaps_over_seeds():
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     config = GFlowNetConfig(iterations=20, batch_size=8, hidden_size=16)
     train = gflownet.make_train(config)
@@ -341,7 +341,7 @@ def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
     """D=2/H=8, the all-JAX trainer, 2,000 iterations of 16 trajectories: the L1 (sum form) of the
     last 20,000 samples against the exact target ends below 0.1 (measured: 0.031-0.040 for every
     loss; 0.08-0.27 after 500 iterations)."""
-    from labcore.agents.gflownet import GFlowNetConfig
+    from labcore.agents.gflownet.core import GFlowNetConfig
 
     config = GFlowNetConfig(loss=loss, trainer="jax", iterations=2000, batch_size=16, l1_samples=20_000)
     # gflownet_train.train(config) runs this jit; the test compiles it at XLA's default level

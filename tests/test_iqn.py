@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from labcore.agents import iqn
+from labcore.agents.iqn import core as iqn
 from labcore.nets.iqn import IQN, q_values, sample_taus
 from labcore.nets.noisy import SIGMA_INIT, NoisyLinear
 

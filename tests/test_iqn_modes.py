@@ -1,4 +1,4 @@
-"""The IQN experiment's four run modes (labcore.agents.iqn_modes): config, metrics, agreement, checkpoints, learning.
+"""The IQN experiment's four run modes (labcore.agents.iqn.modes): config, metrics, agreement, checkpoints, learning.
 
 One small config serves every test (3 agents in an 8 x 8 world, 20 turns, a 32-unit network), so
 each JAX mode compiles once per session; with it the buffers allow training from the end of epoch 3
@@ -15,7 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from labcore.agents import iqn, iqn_modes
+from labcore.agents.iqn import core as iqn
+from labcore.agents.iqn import modes as iqn_modes
 from labcore.envs import treasurehunt as th
 from labcore.logging import read_metrics
 

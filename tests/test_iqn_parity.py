@@ -1,4 +1,4 @@
-"""The JAX iRainbow port (labcore.agents.iqn) against the PyTorch reference (labcore.torch_ref.irainbow).
+"""The JAX iRainbow port (labcore.agents.iqn.core) against the PyTorch reference (labcore.torch_ref.irainbow).
 
 The heart of the port: the same weights (copied by the reference's bridge), the same taus and the
 same noise draws (the Flax NoisyLinear sows what it drew; the PyTorch layers replay it through
@@ -20,7 +20,7 @@ import optax
 import pytest
 import torch
 
-from labcore.agents import iqn
+from labcore.agents.iqn import core as iqn
 from labcore.nets.iqn import IQN, sample_taus
 from labcore.torch_ref import irainbow as ref
 

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from labcore import parallel
-from labcore.agents import dqn
+from labcore.agents.dqn import data_parallel as parallel
+from labcore.agents.dqn import core as dqn
 from labcore.nets.q_networks import make_q_network
 
 BATCH = 64

@@ -12,7 +12,7 @@ import rlax
 
 from labcore import checkpoint, losses
 from labcore.logging import read_metrics
-from labcore.agents import ppo
+from labcore.agents.ppo import core as ppo
 
 
 def numpy_masked_policy(logits, mask):
@@ -188,7 +188,7 @@ def test_ppo_learns_cartpole():
 
 
 def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
-    from labcore.agents import ppo_run
+    from labcore.agents.ppo import run as ppo_run
 
     config = small_vault()  # 6 updates
     # "straight" goes into a folder that holds an earlier run (10 logged rows) and a file of the user's

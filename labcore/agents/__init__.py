@@ -1,1 +1,15 @@
-"""RL agents: each module holds one algorithm's config, pure update functions and training loop."""
+"""RL agents, one package per algorithm.
+
+Each package holds ``core`` (the validated config and the pure functions: acting, losses, the
+jitted update or whole jitted training run) beside the drivers that run it:
+
+* ``dqn``: ``core``, ``host_loop`` (gymnasium envs stepped in Python), ``scan`` (the whole run in
+  one ``lax.scan`` over gymnax envs), ``frame_replay`` (Atari frames stored once),
+  ``data_parallel`` (one update over a device mesh), ``multi_process`` (every device of every
+  process), ``actor_learner`` (actor processes feeding one learner);
+* ``ppo``: ``core`` (masked PPO as one jitted ``train(key)``) and ``run`` (results folder,
+  checkpoints, resume);
+* ``iqn``: ``core`` (the IQN port of the original iRainbow agent) and the multi-agent
+  Treasurehunt experiment in four run modes;
+* ``gflownet``: ``core`` (HyperGrid losses, policy and sampler) and ``trainers``.
+"""

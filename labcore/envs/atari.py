@@ -18,7 +18,7 @@ The pipeline, in the order the wrappers apply it to what the game emits:
 5. ``ClipReward`` to [-1, 1] (training only; evaluation reports the game score anyway);
 6. ``FrameStackObservation(4)``: the last 4 frames, [4, 84, 84]; at a reset the stack is
    padded with copies of the first frame (``padding_type="reset"``), which is what
-   ``labcore.frame_replay`` rebuilds at sample time.
+   ``labcore.agents.dqn.frame_replay`` rebuilds at sample time.
 
 ``ALE/*-v5`` ids use sticky actions (the previous action repeats with probability 0.25);
 ``repeat_action_probability=0.0`` turns that off.

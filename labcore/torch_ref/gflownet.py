@@ -1,9 +1,9 @@
-"""A PyTorch GFlowNet on HyperGrid: the reference the JAX port (``labcore.agents.gflownet``) must match.
+"""A PyTorch GFlowNet on HyperGrid: the reference the JAX port (``labcore.agents.gflownet.core``) must match.
 
 Written the way a PyTorch user would: a numpy environment with masks, and losses computed
 trajectory by trajectory with Python loops (clear rather than fast), so that agreement with the
 vectorised JAX losses is evidence, not a tautology. The batch layout and the loss conventions
-are those of ``labcore.agents.gflownet`` (read its module docstring).
+are those of ``labcore.agents.gflownet.core`` (read its module docstring).
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ class GFlowNetAgent(torch.nn.Module):
 def sample(agent: GFlowNetAgent, env: HyperGridEnv, batch_size: int, epsilon: float, generator: torch.Generator,
            exit_from_reward: bool = False) -> dict:
     """Trajectories from the forward policy (epsilon: share of uniformly random legal actions),
-    padded to env.max_actions as labcore.agents.gflownet expects. exit_from_reward: the exit logit
+    padded to env.max_actions as labcore.agents.gflownet.core expects. exit_from_reward: the exit logit
     is log R(s) (flow matching, where the policy is the normalised edge flows)."""
     T, D = env.max_actions, env.ndim
     states = torch.zeros(batch_size, T + 1, D, dtype=torch.int32)
@@ -306,12 +306,12 @@ def make_optimizer(agent: GFlowNetAgent, learning_rate: float, log_z_learning_ra
 
 
 def train(config, log_every: int = 100) -> dict:
-    """The all-PyTorch trainer for a ``labcore.agents.gflownet.GFlowNetConfig``.
+    """The all-PyTorch trainer for a ``labcore.agents.gflownet.core.GFlowNetConfig``.
 
     Returns {"losses": [iterations], "l1": [(iteration, L1 of the last l1_samples terminal states)],
     "agent": the trained agent, "seconds": time per phase}.
     """
-    from labcore.agents.gflownet import l1_curve
+    from labcore.agents.gflownet.core import l1_curve
 
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
@@ -338,7 +338,7 @@ def train(config, log_every: int = 100) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# The bridge: PyTorch agent <-> JAX parameter pytree (labcore.agents.gflownet), batches to JAX.
+# The bridge: PyTorch agent <-> JAX parameter pytree (labcore.agents.gflownet.core), batches to JAX.
 
 
 def _layers(module: torch.nn.Sequential) -> list[torch.nn.Linear]:
@@ -368,9 +368,9 @@ def load_jax_params(agent: GFlowNetAgent, params: dict) -> None:
 
 
 def batch_to_jax(batch: dict):
-    """A sampled PyTorch batch as labcore.agents.gflownet.Trajectories."""
+    """A sampled PyTorch batch as labcore.agents.gflownet.core.Trajectories."""
     import jax.numpy as jnp
 
-    from labcore.agents.gflownet import Trajectories
+    from labcore.agents.gflownet.core import Trajectories
 
     return Trajectories(*(jnp.asarray(batch[name].numpy()) for name in ("states", "actions", "lengths", "log_rewards")))

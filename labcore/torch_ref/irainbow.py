@@ -1,4 +1,4 @@
-"""A PyTorch multi-agent IQN learner ("iRainbow"): the reference the JAX port (``labcore.agents.iqn``) must match.
+"""A PyTorch multi-agent IQN learner ("iRainbow"): the reference the JAX port (``labcore.agents.iqn.core``) must match.
 
 What sorrel does. The open-source *sorrel* framework (MIT licence; ``sorrel/models/pytorch/iqn.py``,
 ``layers.py``, ``buffers.py``, ``examples/treasurehunt_mp/``) trains one independent learner per

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from labcore.agents.dqn import Transition
+from labcore.agents.dqn.core import Transition
 
 STACK = 4
 REJECTION_ROUNDS = 8

@@ -3,7 +3,7 @@
     result = train(PPOConfig(env_id="Vault-v0"), run_dir="runs/vault")
     config, runner = load_checkpoint("runs/vault")
 
-The training itself stays the one jitted program of ``labcore.agents.ppo``; this module only
+The training itself stays the one jitted program of ``labcore.agents.ppo.core``; this module only
 cuts it into chunks of ``checkpoint_every`` updates (each chunk one compiled ``ppo.run``), so a
 checkpoint can be written between chunks. Chunking does not change the result: the runner
 state carries everything, so 3 + 3 updates equal 6 (tests/test_ppo.py checks it).
@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from labcore import checkpoint
-from labcore.agents import ppo
+from labcore.agents.ppo import core as ppo
 from labcore.logging import MetricsLogger
 
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")

@@ -1,10 +1,10 @@
 """A fully jitted DQN: environment, acting, replay and updates inside one ``lax.scan``.
 
-The host loop in ``labcore.agents.dqn_loop`` steps gymnasium envs in Python and pays a
+The host loop in ``labcore.agents.dqn.host_loop`` steps gymnasium envs in Python and pays a
 host-device round trip every step. A gymnax env is a pure JAX function, so the whole of
 training (every env step, every epsilon-greedy action, every buffer write and every update)
 can be traced once and compiled into a single XLA program. The algorithm is not copied: this
-module wires together the pure pieces of ``labcore.agents.dqn`` and ``labcore.replay``.
+module wires together the pure pieces of ``labcore.agents.dqn.core`` and ``labcore.replay``.
 
     config = DQNConfig(env_id="CartPole-v1", total_steps=100_000)
     train = make_train(config)                      # pure: train(key) -> ScanResult
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from labcore import envs, replay
-from labcore.agents import dqn
+from labcore.agents.dqn import core as dqn
 from labcore.nets.q_networks import make_q_network
 
 
@@ -75,7 +75,7 @@ def iteration_counts(config: dqn.DQNConfig) -> tuple[int, int]:
 
 class ScanParts(NamedTuple):
     """The pieces ``make_train`` is built from, for callers that drive the iterations themselves
-    (``labcore.agents.dqn_distributed`` runs them on every device of a cluster)."""
+    (``labcore.agents.dqn.multi_process`` runs them on every device of a cluster)."""
 
     init: Callable[[jax.Array, jax.Array, jax.Array], _Carry]  # (params_key, reset_key, loop_key) -> carry
     iterate: Callable[[_Carry, int, bool], tuple[_Carry, dict[str, jax.Array]]]  # (carry, n, learn)

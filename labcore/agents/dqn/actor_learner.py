@@ -7,7 +7,7 @@
   received, and send the transitions, tagged with the parameter version they acted with, to the
   learner.
 * **The learner** (this process) owns the replay buffer (``labcore.replay``), adds what arrives,
-  makes one jitted DQN update (``labcore.agents.dqn``) per ``train_frequency`` transitions
+  makes one jitted DQN update (``labcore.agents.dqn.core``) per ``train_frequency`` transitions
   received, and every ``broadcast_every`` updates sends the parameters and the current epsilon
   back to every actor.
 
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from labcore import distributed
-from labcore.agents import dqn
+from labcore.agents.dqn import core as dqn
 
 
 class ActorLearnerResult(NamedTuple):
@@ -140,7 +140,7 @@ def run(
     import jax.numpy as jnp
 
     from labcore import envs, replay
-    from labcore.agents import dqn_scan
+    from labcore.agents.dqn import scan as dqn_scan
     from labcore.nets.q_networks import make_q_network
 
     for name, value in (("num_actors", num_actors), ("envs_per_actor", envs_per_actor), ("rollout_steps", rollout_steps),

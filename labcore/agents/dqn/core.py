@@ -68,7 +68,7 @@ class DQNConfig:
     td_loss: str = "mse"
     huber_delta: float = 1.0
     num_envs: int = 1  # envs stepped together; each step adds num_envs transitions
-    replay_storage: str = "transitions"  # or 'frames': Atari frames stored once (labcore.frame_replay)
+    replay_storage: str = "transitions"  # or 'frames': Atari frames stored once (labcore.agents.dqn.frame_replay)
     life_loss_terminal: bool = True  # Atari, training only: a lost life ends bootstrapping
     repeat_action_probability: float = 0.25  # Atari sticky actions (ALE v5 default)
     eval_episodes: int = 20
@@ -290,7 +290,7 @@ def make_update(
     (so every ``target_update_frequency`` agent steps): a hard copy when tau == 1, else
     Polyak averaging ``target <- tau * online + (1 - tau) * target``. Jit it at the call site.
 
-    axis_name: for data parallelism (``jax.pmap`` / ``jax.shard_map``, see ``labcore.parallel``):
+    axis_name: for data parallelism (``jax.pmap`` / ``jax.shard_map``, see ``labcore.agents.dqn.data_parallel``):
     each replica gets a shard of the batch, and the gradients (and reported metrics) are averaged
     over this named axis with ``lax.pmean`` before the optimiser step, so every replica applies
     the same update: the one a single device would compute on the whole batch.

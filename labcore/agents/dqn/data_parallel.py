@@ -2,7 +2,7 @@
 
 Each replica holds the same parameters and gets an equal shard of the batch; the gradients
 are averaged across replicas, so every replica applies the update a single device would
-compute on the whole batch. ``labcore.agents.dqn.make_update(..., axis_name=AXIS)`` inserts the
+compute on the whole batch. ``labcore.agents.dqn.core.make_update(..., axis_name=AXIS)`` inserts the
 ``lax.pmean``; this module places the data and compiles the three forms:
 
 - ``make_pmap_update``: ``jax.pmap``, the classic form. Inputs carry an explicit leading device
@@ -29,7 +29,7 @@ import optax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from labcore.agents import dqn
+from labcore.agents.dqn import core as dqn
 
 AXIS = "devices"  # the one mesh / pmap axis name used throughout
 

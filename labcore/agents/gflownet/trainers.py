@@ -6,7 +6,7 @@
   parameters; the parameters are copied back into the PyTorch agent for the next sampling.
 * ``jax_policy``: the policy and its parameters live in JAX (no conversion, no sync), but the
   sampler is still a Python loop that calls one jitted sampling step per environment step.
-* ``jax``: policy and sampler in JAX too (``labcore.agents.gflownet.make_train``): trajectories
+* ``jax``: policy and sampler in JAX too (``labcore.agents.gflownet.core.make_train``): trajectories
   from a ``lax.scan``, every iteration inside one compiled program, vmappable over seeds.
 
 All return the same dict: losses per iteration, L1 (sum form) of the recent samples against the
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from labcore.agents.gflownet import GFlowNetConfig
+from labcore.agents.gflownet.core import GFlowNetConfig
 
 
 def _jitted_steps(config: GFlowNetConfig):
@@ -38,7 +38,7 @@ def _jitted_steps(config: GFlowNetConfig):
 def _jitted_steps_for(config: GFlowNetConfig):
     import jax
 
-    from labcore.agents import gflownet
+    from labcore.agents.gflownet import core as gflownet
 
     optimizer = gflownet.make_optimizer(config)
     return (optimizer, jax.jit(gflownet.make_gradient_step(config, optimizer)),
@@ -61,7 +61,7 @@ def train_jax(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
     """Policy, sampler and update all in JAX: one compiled program for the whole run."""
     import jax
 
-    from labcore.agents import gflownet
+    from labcore.agents.gflownet import core as gflownet
 
     train = jax.jit(gflownet.make_train(config))
     key = jax.random.key(config.seed)
@@ -77,7 +77,7 @@ def train_jax(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
 def train_hybrid(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
     import torch
 
-    from labcore.agents import gflownet
+    from labcore.agents.gflownet import core as gflownet
     from labcore.torch_ref import gflownet as ref
 
     torch.manual_seed(config.seed)  # the same initial agent and samples as the torch trainer
@@ -114,7 +114,7 @@ def train_jax_policy(config: GFlowNetConfig, log_every: int = 100) -> dict[str, 
     initial parameters and keys as ``train_jax``, so the same trajectories while the two agree."""
     import jax
 
-    from labcore.agents import gflownet
+    from labcore.agents.gflownet import core as gflownet
 
     init_key, loop_key = jax.random.split(jax.random.key(config.seed))  # as make_train
     params = gflownet.init_params(config, init_key)

@@ -41,8 +41,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, envs, frame_replay, replay
-from labcore.agents import dqn
+from labcore import checkpoint, envs, replay
+from labcore.agents.dqn import frame_replay
+from labcore.agents.dqn import core as dqn
 from labcore.logging import MetricsLogger
 from labcore.nets.q_networks import make_q_network
 

@@ -24,7 +24,7 @@ The modes (``IQNRunConfig.mode``), from the original's structure to one compiled
 * ``pytorch``: the object-style Python world (``labcore.torch_ref.treasurehunt``) and one PyTorch
   ``IRainbowAgent`` per agent, everything one after another, as the original does.
 * ``jax_sequential``: the Python world and one JAX ``AgentState`` per agent; each agent's jitted
-  ``act`` / ``remember`` / ``learn`` (``labcore.agents.iqn``) is called one by one.
+  ``act`` / ``remember`` / ``learn`` (``labcore.agents.iqn.core``) is called one by one.
 * ``jax_parallel``: the agents stacked on a leading axis; per turn ONE jitted call (the JAX world's
   turn, vmapped acting, vmapped buffer writes), at the epoch's end one vmapped ``learn``.
 * ``jax_fused``: a whole epoch (reset, the turns as a ``lax.scan``, buffer writes, the train steps,
@@ -88,7 +88,7 @@ import numpy as np
 from flax import struct
 
 from labcore import checkpoint, devices
-from labcore.agents import iqn
+from labcore.agents.iqn import core as iqn
 from labcore.envs import treasurehunt as th
 
 MODES = ("pytorch", "jax_sequential", "jax_parallel", "jax_fused")
@@ -110,7 +110,7 @@ class IQNRunConfig:
     (ValueError naming the field). Defaults: sorrel's treasurehunt example (10 x 10, 5 agents,
     50 turns, the iRainbow hyper-parameters of ``shared/reference/iqn_port.md``), 1000 epochs.
 
-    The agent fields are those of ``labcore.agents.iqn.IQNConfig`` except ``obs_size`` and
+    The agent fields are those of ``labcore.agents.iqn.core.IQNConfig`` except ``obs_size`` and
     ``n_actions``, which the world fixes (``agent_config`` builds the IQNConfig).
     """
 

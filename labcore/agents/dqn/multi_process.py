@@ -1,6 +1,6 @@
 """Synchronous data-parallel DQN across processes (the seed's Option B).
 
-Every device of every process runs the jitted DQN of ``labcore.agents.dqn_scan``: its own
+Every device of every process runs the jitted DQN of ``labcore.agents.dqn.scan``: its own
 gymnax envs, its own replay buffer, its own exploration key. Each update averages the gradients
 over every device of the cluster (``lax.pmean`` inside ``jax.shard_map`` over the global mesh,
 crossing processes through gloo on the CPU), so the parameters stay bit-for-bit identical
@@ -34,7 +34,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from labcore import checkpoint, distributed
-from labcore.agents import dqn, dqn_scan
+from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn import scan as dqn_scan
 from labcore.logging import MetricsLogger
 
 AXIS = distributed.AXIS

@@ -1,0 +1,1 @@
+"""dqn: see labcore.agents for the modules of this package."""

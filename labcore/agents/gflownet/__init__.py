@@ -1,0 +1,1 @@
+"""gflownet: see labcore.agents for the modules of this package."""

@@ -1,0 +1,1 @@
+"""iqn: see labcore.agents for the modules of this package."""

@@ -1,0 +1,1 @@
+"""ppo: see labcore.agents for the modules of this package."""
