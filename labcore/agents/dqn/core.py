@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from labcore import devices, losses
+from labcore import devices, losses, validation
 from labcore.nets.q_networks import NETWORKS
 
 OPTIMIZERS = ("adam", "rmsprop_centered")
@@ -94,9 +94,7 @@ class DQNConfig:
     )
 
     def __post_init__(self) -> None:
-        def require(ok: bool, field: str, allowed: str) -> None:
-            if not ok:
-                raise ValueError(f"DQNConfig.{field} must be {allowed}, got {getattr(self, field)!r}")
+        require = validation.requirer(self)
 
         require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
         require(self.network in NETWORKS, "network", f"one of {NETWORKS}")
@@ -105,8 +103,7 @@ class DQNConfig:
             "hidden_sizes",
             "a non-empty sequence of positive layer widths",
         )
-        for field in ("total_steps", "buffer_size", "batch_size", "train_frequency", "target_update_frequency"):
-            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an integer >= 1")
+        validation.require_ints(self, "total_steps", "buffer_size", "batch_size", "train_frequency", "target_update_frequency")
         require(self.learning_starts >= 0, "learning_starts", ">= 0")
         require(self.batch_size <= self.buffer_size, "batch_size", f"<= buffer_size ({self.buffer_size})")
         require(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")

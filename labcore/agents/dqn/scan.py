@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import envs, replay
+from labcore import envs, evaluation, replay
 from labcore.agents.dqn import core as dqn
 from labcore.nets.q_networks import make_q_network
 
@@ -220,26 +220,12 @@ def make_evaluate(
     epsilon = config.eval_epsilon if epsilon is None else epsilon
     num_actions = env.action_space(env_params).n
     network = make_q_network(config.network, num_actions, config.hidden_sizes)
-    max_steps = int(env_params.max_steps_in_episode)
-    episodes = config.eval_episodes
 
     def evaluate(params: Any, key: jax.Array) -> jax.Array:
-        reset_key, loop_key = jax.random.split(key)
-        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, episodes), env_params)
+        def choose(choose_key, obs, _mask):
+            return dqn.select_action(network, params, obs[None], epsilon, choose_key)[0]
 
-        def one_step(carry, step_key):
-            obs, env_state, total, running = carry
-            act_key, env_key = jax.random.split(step_key)
-            actions = dqn.select_action(network, params, obs, epsilon, act_key)
-            obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(env_key, episodes), env_state, actions, env_params
-            )
-            total = total + jnp.where(running, reward, 0.0)
-            return (obs, env_state, total, running & ~(terminated | truncated)), None
-
-        start = (obs, env_state, jnp.zeros(episodes, jnp.float32), jnp.ones(episodes, bool))
-        (_, _, total, _), _ = jax.lax.scan(one_step, start, jax.random.split(loop_key, max_steps))
-        return total
+        return evaluation.play_episodes(env, env_params, choose, key, config.eval_episodes)
 
     return evaluate
 

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import devices, losses
+from labcore import devices, losses, validation
 from labcore.envs import hypergrid
 from labcore.envs.hypergrid import HyperGrid
 
@@ -81,12 +81,9 @@ class GFlowNetConfig:
     )
 
     def __post_init__(self) -> None:
-        def require(ok: bool, field: str, allowed: str) -> None:
-            if not ok:
-                raise ValueError(f"GFlowNetConfig.{field} must be {allowed}, got {getattr(self, field)!r}")
+        require = validation.requirer(self)
 
-        for field in ("ndim", "batch_size", "iterations", "hidden_size", "num_layers", "l1_samples"):
-            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an integer >= 1")
+        validation.require_ints(self, "ndim", "batch_size", "iterations", "hidden_size", "num_layers", "l1_samples")
         require(isinstance(self.height, int) and self.height >= 2, "height", "an integer >= 2")
         require(self.loss in LOSSES, "loss", f"one of {LOSSES}")
         require(self.trainer in TRAINERS, "trainer", f"one of {TRAINERS}")

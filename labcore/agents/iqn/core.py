@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from labcore import devices, losses
+from labcore import devices, losses, validation
 from labcore.nets.iqn import IQN, noise_rngs, sample_taus
 
 Params = Any  # a Flax parameter pytree: {'head1': {'kernel', 'bias'}, ..., 'value': {...}}
@@ -110,23 +110,11 @@ class IQNConfig:
     )
 
     def __post_init__(self) -> None:
-        def require(ok: bool, field: str, allowed: str) -> None:
-            if not ok:
-                raise ValueError(f"IQNConfig.{field} must be {allowed}, got {getattr(self, field)!r}")
-
-        def is_int(value: Any) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        for field in ("obs_size", "n_actions", "n_frames", "layer_size", "n_quantiles", "n_tau_act", "n_step",
-                      "sync_freq", "memory", "batch_size"):
-            require(is_int(getattr(self, field)) and getattr(self, field) >= 1, field, "an integer >= 1")
-        for field in ("gamma", "tau", "epsilon_start", "epsilon_decay", "epsilon_min"):
-            value = getattr(self, field)
-            require(isinstance(value, (int, float)) and 0.0 <= value <= 1.0, field, "a number in [0, 1]")
-        for field in ("lr", "grad_clip"):
-            value = getattr(self, field)
-            ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-            require(ok, field, "a finite number > 0")
+        require = validation.requirer(self)
+        validation.require_ints(self, "obs_size", "n_actions", "n_frames", "layer_size", "n_quantiles", "n_tau_act",
+                                "n_step", "sync_freq", "memory", "batch_size")
+        validation.require_unit_interval(self, "gamma", "tau", "epsilon_start", "epsilon_decay", "epsilon_min")
+        validation.require_positive(self, "lr", "grad_clip")
         require(self.epsilon_min <= self.epsilon_start, "epsilon_min", f"<= epsilon_start ({self.epsilon_start})")
         require(isinstance(self.fixed, bool), "fixed", "a bool")
         # Sampling draws batch_size distinct starts from range(memory - n_frames - lookahead) at

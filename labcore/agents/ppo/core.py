@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import devices, envs, losses
+from labcore import devices, envs, evaluation, losses, validation
 from labcore.nets.actor_critic import ActorCritic
 
 ACTIVATIONS = ("tanh", "relu")
@@ -86,13 +86,10 @@ class PPOConfig:
     )
 
     def __post_init__(self) -> None:
-        def require(ok: bool, field: str, allowed: str) -> None:
-            if not ok:
-                raise ValueError(f"PPOConfig.{field} must be {allowed}, got {getattr(self, field)!r}")
+        require = validation.requirer(self)
 
         require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
-        for field in ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs", "hidden_size", "num_layers"):
-            require(isinstance(getattr(self, field), int) and getattr(self, field) >= 1, field, "an integer >= 1")
+        validation.require_ints(self, "num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs", "hidden_size", "num_layers")
         require(
             (self.num_envs * self.num_steps) % self.num_minibatches == 0,
             "num_minibatches",
@@ -368,39 +365,6 @@ def make_ppo(
     return PPO(config, network, env, env_params, init, run, train, policy)
 
 
-def play_episodes(
-    env: Any,
-    env_params: Any,
-    choose: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
-    key: jax.Array,
-    num_episodes: int = 32,
-) -> jax.Array:
-    """Returns [num_episodes] of one episode each, all played at once (vmap) for the env's step limit.
-
-    choose(key, obs [D], mask [A]) -> action []: a policy for ONE env. Jit-able; returns from
-    the episode's first end only (the env auto-resets after it).
-    """
-    horizon = int(env_params.max_steps_in_episode)
-
-    def one_episode(episode_key: jax.Array) -> jax.Array:
-        reset_key, play_key = jax.random.split(episode_key)
-        obs, state = env.reset(reset_key, env_params)
-
-        def step(carry, step_key):
-            obs, state, total, running = carry
-            choose_key, env_key = jax.random.split(step_key)
-            action = choose(choose_key, obs, env.action_mask(state, env_params))
-            obs, state, reward, terminated, truncated, _ = env.step(env_key, state, action, env_params)
-            total = total + jnp.where(running, reward, 0.0)
-            return (obs, state, total, running & ~(terminated | truncated)), None
-
-        start = (obs, state, jnp.float32(0.0), jnp.bool_(True))
-        (_, _, total, _), _ = jax.lax.scan(step, start, jax.random.split(play_key, horizon))
-        return total
-
-    return jax.vmap(one_episode)(jax.random.split(key, num_episodes))
-
-
 def policy_returns(agent: PPO, params: Any, key: jax.Array, num_episodes: int = 32, greedy: bool = True) -> jax.Array:
     """[num_episodes] returns of the trained policy: greedy (argmax over legal actions) or
     sampled (the stochastic policy PPO trained, as in its training curves)."""
@@ -411,16 +375,7 @@ def policy_returns(agent: PPO, params: Any, key: jax.Array, num_episodes: int = 
         logits, _ = agent.network.apply(params, obs[None])
         return masked_policy(logits, mask[None] if agent.config.mask_actions else None).sample(seed=choose_key)[0]
 
-    return play_episodes(agent.env, agent.env_params, choose, key, num_episodes)
-
-
-def random_returns(env: Any, env_params: Any, key: jax.Array, num_episodes: int = 32, masked: bool = True) -> jax.Array:
-    """[num_episodes] returns of uniform random play: over the legal actions, or over all (masked False)."""
-
-    def choose(choose_key, obs, mask):
-        return jax.random.categorical(choose_key, jnp.where(mask | (not masked), 0.0, losses.MASKED_LOGIT))
-
-    return play_episodes(env, env_params, choose, key, num_episodes)
+    return evaluation.play_episodes(agent.env, agent.env_params, choose, key, num_episodes)
 
 
 def make_train(

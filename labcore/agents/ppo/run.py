@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from labcore import checkpoint
+from labcore import checkpoint, evaluation
 from labcore.agents.ppo import core as ppo
 from labcore.logging import MetricsLogger
 
@@ -154,7 +154,7 @@ def play_returns(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) 
     """Returns [num_episodes] of greedy, sampled and random-legal play on the same layouts."""
     key = jax.random.key(seed)
     play = jax.jit(lambda params, greedy: ppo.policy_returns(agent, params, key, num_episodes, greedy), static_argnums=1)
-    random_play = jax.jit(lambda k: ppo.random_returns(agent.env, agent.env_params, k, num_episodes))(key)
+    random_play = jax.jit(lambda k: evaluation.random_returns(agent.env, agent.env_params, k, num_episodes))(key)
     return {"greedy": np.asarray(play(params, True)), "sampled": np.asarray(play(params, False)),
             "random": np.asarray(random_play)}
 

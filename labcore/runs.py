@@ -1,0 +1,197 @@
+"""A training run's results folder: one class, used by every driver and by the command line.
+
+    run = RunDir.open("runs/vault", config, step_key="update", resume=False, overwrite=False)
+    run.log({"update": 10, "episode_return": 3.2})        # metrics.jsonl and metrics.csv
+    checkpoint.save(run.checkpoints, step, state, metadata)
+    run.finish(summary, figure)                           # summary.json and metrics.png
+
+A run folder holds:
+
+    config.json         every field of the run's config
+    metrics.jsonl/.csv  one row per log (labcore.logging); ``step_key`` names the row's position
+    metrics.png         the driver's plot of those rows
+    checkpoints/        orbax checkpoints (labcore.checkpoint), one step per save
+    summary.json        the finished run's numbers
+
+Opening a folder that holds an earlier run is refused unless ``overwrite`` (which deletes that
+run's files, and only those) or ``resume`` is set. Resuming cuts the metrics back to the newest
+checkpoint: the rows a killed run logged after its last checkpoint are dropped, because the
+resumed run logs those steps again, so the files read as one uninterrupted run. That needs each
+row's ``step_key`` in the units of the checkpoint steps (updates, agent steps, epochs...).
+
+``path=None`` gives an in-memory run (rows kept in ``rows``, nothing written), which is what
+notebooks use.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from labcore import checkpoint
+from labcore.logging import CSV_NAME, JSONL_NAME, MetricsLogger
+
+CONFIG_NAME = "config.json"
+SUMMARY_NAME = "summary.json"
+PLOT_NAME = "metrics.png"
+CHECKPOINTS_NAME = "checkpoints"
+RUN_FILES = (CONFIG_NAME, JSONL_NAME, CSV_NAME, PLOT_NAME, SUMMARY_NAME, CHECKPOINTS_NAME)
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A config as plain JSON-able data: a dataclass's fields, or a mapping as it is."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return dataclasses.asdict(config)
+    return dict(config)
+
+
+class RunDir:
+    """One run's folder: refuse or replace an earlier run, config, metrics, checkpoints, summary.
+
+    Build it with ``RunDir.open``. Attributes: ``path`` (None: in memory), ``checkpoints`` (the
+    checkpoint folder, None in memory), ``resume_step`` (the checkpoint step a resumed run starts
+    from, else None), ``logger`` (the MetricsLogger; ``rows`` are its rows).
+    """
+
+    def __init__(self, path: Path | None, step_key: str, resume_step: int | None, logger: MetricsLogger):
+        self.path = path
+        self.step_key = step_key
+        self.resume_step = resume_step
+        self.logger = logger
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike | None,
+        config: Any,
+        *,
+        step_key: str,
+        resume: bool = False,
+        overwrite: bool = False,
+    ) -> RunDir:
+        """Prepare ``path`` for a run of ``config`` (a dataclass or a mapping of its fields).
+
+        resume: continue the run in ``path``; it must hold a checkpoint. Rows of metrics.jsonl and
+        metrics.csv whose ``step_key`` is past that checkpoint's step are removed. The driver
+        checks that the checkpoint was written with the same config (it knows how to compare).
+        Without resume, a folder holding any of RUN_FILES is refused (FileExistsError) unless
+        ``overwrite``, which deletes those files. config.json is written either way.
+        """
+        if resume and overwrite:
+            raise ValueError("resume and overwrite exclude each other: resume continues the run that overwrite would delete")
+        if path is None:
+            if resume:
+                raise FileNotFoundError("resume: no run folder given (resume needs the folder of the run to continue)")
+            return cls(None, step_key, None, MetricsLogger(None))
+        run_path = Path(path)
+        resume_step = None
+        if resume:
+            resume_step = checkpoint.latest_step(run_path / CHECKPOINTS_NAME) if (run_path / CHECKPOINTS_NAME).is_dir() else None
+            if resume_step is None:
+                raise FileNotFoundError(f"resume: no checkpoint in {run_path / CHECKPOINTS_NAME}")
+            cut_metrics(run_path, step_key, resume_step)
+        else:
+            previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()]
+            if previous and not overwrite:
+                raise FileExistsError(
+                    f"{run_path} holds an earlier run ({previous[0].name}); resume it, choose another folder, or overwrite it"
+                )
+            for old in previous:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        run_path.mkdir(parents=True, exist_ok=True)
+        (run_path / CONFIG_NAME).write_text(json.dumps(config_dict(config), indent=2) + "\n")
+        return cls(run_path, step_key, resume_step, MetricsLogger(run_path))
+
+    @property
+    def checkpoints(self) -> Path | None:
+        return None if self.path is None else self.path / CHECKPOINTS_NAME
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows this process logged (a resumed run: only those since the resume)."""
+        return self.logger.rows
+
+    def log(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """Append one metrics row (it should carry ``step_key``); returns it as plain numbers."""
+        return self.logger.log(row)
+
+    def finish(self, summary: Mapping[str, Any] | None = None, figure: Any = None) -> None:
+        """Write summary.json and metrics.png (a matplotlib figure), where given; close the figure."""
+        if self.path is not None and summary is not None:
+            (self.path / SUMMARY_NAME).write_text(json.dumps(dict(summary), indent=2) + "\n")
+        if figure is not None:
+            if self.path is not None:
+                figure.savefig(self.path / PLOT_NAME, dpi=100)
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+
+
+def progress_bar(total: int, *, desc: str, unit: str, initial: int = 0, enabled: bool = True, unit_scale: bool = False):
+    """The drivers' tqdm bar. mininterval 2 s: a notebook's stored output stays small."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=unit_scale, disable=not enabled,
+                mininterval=2.0)
+
+
+def cut_metrics(run_path: str | os.PathLike, step_key: str, last_step: int) -> int:
+    """Drop the rows of metrics.jsonl / metrics.csv whose ``step_key`` is greater than ``last_step``.
+
+    Returns how many rows were dropped. Rows without ``step_key`` are kept. Each file is
+    rewritten to a temporary name and moved into place, so a kill mid-way leaves the old file
+    or the new one, never half of one.
+    """
+    run_path = Path(run_path)
+    jsonl = run_path / JSONL_NAME
+    dropped = 0
+    if jsonl.exists():
+        lines = [line for line in jsonl.read_text().splitlines() if line.strip()]
+        # The last line may be cut short by the kill: a row that does not parse is dropped.
+        rows = []
+        for line in lines:
+            try:
+                rows.append((line, json.loads(line)))
+            except json.JSONDecodeError:
+                dropped += 1
+        kept = [line for line, row in rows if not _past(row.get(step_key), last_step)]
+        dropped += len(rows) - len(kept)
+        _replace(jsonl, "".join(line + "\n" for line in kept))
+    csv_path = run_path / CSV_NAME
+    if csv_path.exists() and csv_path.stat().st_size > 0:
+        with open(csv_path, newline="") as f:
+            table = list(csv.reader(f))
+        header, body = table[0], table[1:]
+        index = header.index(step_key) if step_key in header else None
+        if index is not None:
+            body = [r for r in body if len(r) == len(header) and not _past(_number(r[index]), last_step)]
+        lines_out = [header, *body]
+        import io
+
+        buffer = io.StringIO()
+        csv.writer(buffer).writerows(lines_out)
+        _replace(csv_path, buffer.getvalue())
+    return dropped
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _past(value: Any, last_step: int) -> bool:
+    return isinstance(value, (int, float)) and value > last_step
+
+
+def _replace(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
