@@ -64,13 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
 
-    cartpole = ppo.PPOConfig.cartpole(total_timesteps=args.timesteps)
-    bare = ppo.PPOConfig.cartpole(total_timesteps=args.timesteps, mask_actions=False, bootstrap_truncation=False)
+    cartpole = ppo.PPOConfig.cartpole(total_steps=args.timesteps)
+    bare = ppo.PPOConfig.cartpole(total_steps=args.timesteps, mask_actions=False, bootstrap_truncation=False)
     runs = [
         ("(a) CartPole 4x128, PureJaxRL's computation (baseline)", bare, None, False),
         ("(a) CartPole 4x128, masked, metrics on", cartpole, None, True),
-        ("(b) CartPole 64x128, masked, metrics on", ppo.PPOConfig.cartpole(total_timesteps=args.timesteps, num_envs=64), None, True),
-        ("(c) Vault 256x128 (seed config)", ppo.PPOConfig(total_timesteps=args.vault_timesteps), None, True),
+        ("(b) CartPole 64x128, masked, metrics on", ppo.PPOConfig.cartpole(total_steps=args.timesteps, num_envs=64), None, True),
+        ("(c) Vault 256x128 (seed config)", ppo.PPOConfig(total_steps=args.vault_timesteps), None, True),
     ] + [(f"(d) CartPole 4x128, vmap {n} seeds", cartpole, n, True) for n in args.seeds]
 
     rows = []

@@ -6,7 +6,7 @@
     python -m labcore train dqn --env CartPole-v1 --run-dir runs/cartpole [--total-steps ...]
     python -m labcore train dqn --preset atari_short --env ALE/Breakout-v5 --run-dir runs/breakout
     python -m labcore eval dqn --checkpoint runs/cartpole [--episodes 20 --epsilon 0.05]
-    python -m labcore train ppo --env Vault-v0 --num-envs 64 --total-timesteps 2000000 --run-dir runs/vault
+    python -m labcore train ppo --env Vault-v0 --num-envs 64 --total-steps 2000000 --run-dir runs/vault
     python -m labcore train ppo --preset cartpole --run-dir runs/ppo-cartpole
     python -m labcore eval ppo --checkpoint runs/vault [--episodes 100]
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check

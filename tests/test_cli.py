@@ -69,10 +69,10 @@ def test_every_ppo_config_field_is_a_flag():
     flags = {option for action in ppo_parser._actions for option in action.option_strings}
     for field in dataclasses.fields(PPOConfig):
         assert "--" + ("env" if field.name == "env_id" else field.name.replace("_", "-")) in flags, field.name
-    config = ppo_config_for("--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "32", "--total-timesteps", "2048",
+    config = ppo_config_for("--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "32", "--total-steps", "2048",
                             "--no-mask-actions", "--no-anneal-lr", "--ent-coef", "0.05", "--activation", "relu",
                             "--hidden-size", "32", "--num-layers", "3", "--seed", "7")
-    assert config == PPOConfig(env_id="CartPole-v1", num_envs=8, num_steps=32, total_timesteps=2048, mask_actions=False,
+    assert config == PPOConfig(env_id="CartPole-v1", num_envs=8, num_steps=32, total_steps=2048, mask_actions=False,
                                anneal_lr=False, ent_coef=0.05, activation="relu", hidden_size=32, num_layers=3, seed=7)
     assert ppo_config_for() == PPOConfig()
     assert ppo_config_for("--preset", "cartpole", "--num-envs", "16") == PPOConfig.cartpole(num_envs=16)
@@ -81,7 +81,7 @@ def test_every_ppo_config_field_is_a_flag():
 @pytest.mark.parametrize(
     "flags,message",
     [
-        (["--env", "NoSuchGame-v0", "--num-envs", "4", "--total-timesteps", "512"], "PPOConfig.env_id: unknown gymnax environment id"),
+        (["--env", "NoSuchGame-v0", "--num-envs", "4", "--total-steps", "512"], "PPOConfig.env_id: unknown gymnax environment id"),
         (["--num-minibatches", "3", "--num-envs", "4"], "PPOConfig.num_minibatches must be a divisor"),
         (["--gamma", "1.5"], "PPOConfig.gamma must be in [0, 1]"),
         (["--activation", "gelu"], "PPOConfig.activation must be one of"),
@@ -96,7 +96,7 @@ def test_bad_ppo_input_is_one_clear_error(flags, message, capsys, tmp_path):
 
 def test_train_ppo_writes_a_results_folder_then_evaluates(tmp_path, capsys):
     run = tmp_path / "run"
-    flags = ["--preset", "cartpole", "--total-timesteps", "20480", "--log-every", "5", "--checkpoint-every", "20"]
+    flags = ["--preset", "cartpole", "--total-steps", "20480", "--log-every", "5", "--checkpoint-every", "20"]
     assert cli.main(["train", "ppo", *flags, "--run-dir", str(run), "--no-progress", "--eval-episodes", "8"]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["timesteps"] == 20480 and summary["max_invalid_action_rate"] == 0.0

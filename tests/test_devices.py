@@ -145,7 +145,7 @@ def _configs():
                                                            hidden_sizes=(1024, 1024)),
                       DQNConfig(buffer_size=1_000, batch_size=32, hidden_sizes=(64, 64))),
         "PPOConfig": (PPOConfig(), PPOConfig(num_envs=1024, num_steps=256, hidden_size=1024, num_minibatches=8,
-                                             total_timesteps=1024 * 256),
+                                             total_steps=1024 * 256),
                       PPOConfig.cartpole()),
         "IQNConfig": (IQNConfig(), IQNConfig(layer_size=1024, n_tau_act=1024, batch_size=2048, memory=8192),
                       IQNConfig(layer_size=32, n_tau_act=8, batch_size=16, memory=128)),
@@ -199,7 +199,7 @@ def test_auto_tune_keeps_ppo_minibatches_dividing_the_batch():
 
     for kind, report in FAKE_REPORTS.items():
         tuned, _ = devices.auto_tune(PPOConfig(num_envs=1000, num_steps=120, num_minibatches=6,
-                                               total_timesteps=1000 * 120), report)
+                                               total_steps=1000 * 120), report)
         assert (tuned.num_envs * tuned.num_steps) % tuned.num_minibatches == 0
         assert tuned.num_minibatches <= 6
 

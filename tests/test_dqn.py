@@ -20,7 +20,7 @@ from labcore.nets.q_networks import make_q_network
         ("gamma", 1.5),
         ("network", "transformer"),
         ("optimizer", "sgd"),
-        ("tau", 0.0),
+        ("target_update_rate", 0.0),
         ("epsilon_end", -0.1),
         ("exploration_fraction", 0.0),
         ("max_grad_norm", 0.0),
@@ -154,9 +154,9 @@ def test_repeated_updates_fit_a_fixed_batch():
     assert float(metrics["loss"]) < first / 5
 
 
-@pytest.mark.parametrize("tau", [1.0, 0.1])
-def test_target_moves_every_target_update_frequency_agent_steps(tau):
-    config = dqn.DQNConfig(batch_size=32, buffer_size=1000, train_frequency=4, target_update_frequency=12, tau=tau)
+@pytest.mark.parametrize("rate", [1.0, 0.1])
+def test_target_moves_every_target_update_frequency_agent_steps(rate):
+    config = dqn.DQNConfig(batch_size=32, buffer_size=1000, train_frequency=4, target_update_frequency=12, target_update_rate=rate)
     _, network, optimizer, state = setup(config)
     update = jax.jit(dqn.make_update(config, network, optimizer))
     batch = random_batch(jax.random.key(8))
@@ -167,7 +167,7 @@ def test_target_moves_every_target_update_frequency_agent_steps(tau):
         if count % 3:
             np.testing.assert_array_equal(leaf(state.target_params), leaf(old_target))
         else:
-            expected = tau * leaf(state.params) + (1 - tau) * leaf(old_target)
+            expected = rate * leaf(state.params) + (1 - rate) * leaf(old_target)
             np.testing.assert_allclose(leaf(state.target_params), expected, rtol=1e-6)
 
 

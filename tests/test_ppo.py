@@ -99,12 +99,12 @@ def test_ppo_losses_match_float64():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("num_minibatches", 3), ("learning_rate", -1.0), ("gamma", 1.5), ("clip_eps", 0.0), ("total_timesteps", 10),
+    [("num_minibatches", 3), ("learning_rate", -1.0), ("gamma", 1.5), ("clip_eps", 0.0), ("total_steps", 10),
      ("activation", "gelu"), ("num_envs", 0), ("max_grad_norm", 0.0), ("env_id", "")],
 )  # fmt: skip
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"PPOConfig.{field} must be"):
-        ppo.PPOConfig(**{"num_envs": 4, "num_steps": 8, "total_timesteps": 1024, field: value})
+        ppo.PPOConfig(**{"num_envs": 4, "num_steps": 8, "total_steps": 1024, field: value})
 
 
 def test_unknown_env_fails_before_compiling():
@@ -113,7 +113,7 @@ def test_unknown_env_fails_before_compiling():
 
 
 def small_vault(**overrides):
-    settings = dict(env_id="Vault-v0", num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, hidden_size=32)
+    settings = dict(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 6, hidden_size=32)
     settings.update(overrides)
     return ppo.PPOConfig(**settings)
 
@@ -155,7 +155,7 @@ def test_masked_training_never_chooses_illegal_actions_and_reports_through_the_c
 
 
 def test_vmap_over_seeds_equals_seeds_one_at_a_time():
-    agent = ppo.make_ppo(small_vault(total_timesteps=8 * 16 * 2))
+    agent = ppo.make_ppo(small_vault(total_steps=8 * 16 * 2))
     keys = jax.random.split(jax.random.key(4), 3)
     together, _ = jax.jit(jax.vmap(agent.train))(keys)
     for i, key in enumerate(keys):
@@ -181,7 +181,7 @@ def test_entropy_watch_warns_once_on_early_collapse():
 
 def test_ppo_learns_cartpole():
     """Quick: 100k steps of PureJaxRL's CartPole settings must far exceed random play (~22)."""
-    train = ppo.make_train(ppo.PPOConfig.cartpole(total_timesteps=100_000))
+    train = ppo.make_train(ppo.PPOConfig.cartpole(total_steps=100_000))
     _, metrics = jax.jit(train)(jax.random.key(0))
     returns = np.asarray(metrics["episode_return"])
     assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 150, returns
@@ -226,7 +226,7 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
 
 def test_bfloat16_compute_learns_cartpole_with_float32_parameters():
     """compute_dtype='bfloat16': matmuls in bfloat16, parameters, optimizer state and loss in float32."""
-    config = ppo.PPOConfig.cartpole(total_timesteps=100_000, compute_dtype="bfloat16")
+    config = ppo.PPOConfig.cartpole(total_steps=100_000, compute_dtype="bfloat16")
     agent = ppo.make_ppo(config)
     runner, metrics = jax.jit(agent.train)(jax.random.key(0))
     returns = np.asarray(metrics["episode_return"])

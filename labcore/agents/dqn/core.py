@@ -56,7 +56,7 @@ class DQNConfig:
     learning_starts: int = 10_000
     train_frequency: int = 10  # one update every this many agent steps
     target_update_frequency: int = 500  # agent steps between target updates
-    tau: float = 1.0  # 1.0: hard copy; < 1: Polyak averaging at each target update
+    target_update_rate: float = 1.0  # 1.0: hard copy; < 1: Polyak averaging at each target update
     epsilon_start: float = 1.0
     epsilon_end: float = 0.05
     exploration_fraction: float = 0.5  # fraction of total_steps over which epsilon decays
@@ -110,7 +110,7 @@ class DQNConfig:
         require(math.isfinite(self.learning_rate) and self.learning_rate > 0, "learning_rate", "> 0")
         require(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
         require(self.adam_eps > 0, "adam_eps", "> 0")
-        require(0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
+        require(0.0 < self.target_update_rate <= 1.0, "target_update_rate", "in (0, 1]")
         require(0.0 <= self.epsilon_start <= 1.0, "epsilon_start", "in [0, 1]")
         require(0.0 <= self.epsilon_end <= 1.0, "epsilon_end", "in [0, 1]")
         require(0.0 < self.exploration_fraction <= 1.0, "exploration_fraction", "in (0, 1]")
@@ -284,8 +284,9 @@ def make_update(
     """A pure ``update(state, batch) -> (state, metrics)``: one gradient step, then the target update.
 
     The target network moves every ``target_update_frequency / train_frequency`` updates
-    (so every ``target_update_frequency`` agent steps): a hard copy when tau == 1, else
-    Polyak averaging ``target <- tau * online + (1 - tau) * target``. Jit it at the call site.
+    (so every ``target_update_frequency`` agent steps): a hard copy when target_update_rate == 1,
+    else Polyak averaging ``target <- rate * online + (1 - rate) * target`` with that rate. Jit it
+    at the call site.
 
     axis_name: for data parallelism (``jax.pmap`` / ``jax.shard_map``, see ``labcore.agents.dqn.data_parallel``):
     each replica gets a shard of the batch, and the gradients (and reported metrics) are averaged
@@ -305,9 +306,10 @@ def make_update(
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         update_count = state.update_count + 1
-        # tau == 1 is a hard copy: pass the online parameters straight through rather than
+        # A rate of 1 is a hard copy: pass the online parameters straight through rather than
         # computing 1 * online + 0 * target (the same values, one pass over 1.7M floats less).
-        moved = params if config.tau == 1.0 else optax.incremental_update(params, state.target_params, config.tau)
+        rate = config.target_update_rate
+        moved = params if rate == 1.0 else optax.incremental_update(params, state.target_params, rate)
         target_params = optax.periodic_update(moved, state.target_params, update_count, updates_per_target_update)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **aux}
         return TrainState(params, target_params, opt_state, update_count), metrics

@@ -45,7 +45,7 @@ class PPOConfig:
     env_id: str = "Vault-v0"
     num_envs: int = 256
     num_steps: int = 128  # rollout length per env per update
-    total_timesteps: int = 10_000_000
+    total_steps: int = 10_000_000
     learning_rate: float = 2.5e-4
     anneal_lr: bool = True  # linear decay to 0 over training
     gamma: float = 0.99
@@ -89,15 +89,15 @@ class PPOConfig:
         require = validation.requirer(self)
 
         require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
-        validation.require_ints(self, "num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs", "hidden_size", "num_layers")
+        validation.require_ints(self, "num_envs", "num_steps", "total_steps", "num_minibatches", "update_epochs", "hidden_size", "num_layers")
         require(
             (self.num_envs * self.num_steps) % self.num_minibatches == 0,
             "num_minibatches",
             f"a divisor of num_envs * num_steps ({self.num_envs} * {self.num_steps} = {self.num_envs * self.num_steps})",
         )
         require(
-            self.total_timesteps >= self.num_envs * self.num_steps,
-            "total_timesteps",
+            self.total_steps >= self.num_envs * self.num_steps,
+            "total_steps",
             f">= num_envs * num_steps ({self.num_envs * self.num_steps}), one update's worth",
         )
         require(math.isfinite(self.learning_rate) and self.learning_rate > 0, "learning_rate", "> 0")
@@ -112,7 +112,7 @@ class PPOConfig:
 
     @property
     def num_updates(self) -> int:
-        return self.total_timesteps // (self.num_envs * self.num_steps)
+        return self.total_steps // (self.num_envs * self.num_steps)
 
     @property
     def minibatch_size(self) -> int:
@@ -122,7 +122,7 @@ class PPOConfig:
     def cartpole(cls, **overrides: Any) -> PPOConfig:
         """PureJaxRL's CartPole-v1 settings: 4 envs x 128 steps, 500k steps, 64 x 2 tanh, ent 0.01."""
         settings = dict(
-            env_id="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=500_000, ent_coef=0.01, hidden_size=64
+            env_id="CartPole-v1", num_envs=4, num_steps=128, total_steps=500_000, ent_coef=0.01, hidden_size=64
         )
         settings.update(overrides)
         return cls(**settings)
@@ -403,7 +403,7 @@ class EntropyWatch:
         self.warned = False
 
     def __call__(self, metrics: dict[str, np.ndarray]) -> None:
-        early = np.all(np.asarray(metrics["timesteps"]) <= self.early * self.config.total_timesteps)
+        early = np.all(np.asarray(metrics["timesteps"]) <= self.early * self.config.total_steps)
         ratio = np.asarray(metrics["entropy"]) / np.maximum(np.asarray(metrics["max_entropy"]), 1e-8)
         if early and not self.warned and np.any(ratio < self.fraction):
             self.warned = True
