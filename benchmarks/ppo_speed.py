@@ -6,7 +6,7 @@ Rows, each one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole 
   beside it the same run stripped to what PureJaxRL computes (no mask, no truncation bootstrap,
   no metrics callback) as the side-by-side baseline;
 * (b) CartPole-v1 with 64 envs x 128 steps;
-* (c) Vault-v0 with the seed's settings (256 envs x 128 steps, 256 x 2);
+* (c) Vault-v0 with the default PPOConfig (256 envs x 128 steps, 256 x 2);
 * (d) (a)'s configuration vmapped over 1, 8 and 64 seeds: wall time per seed.
 
     python benchmarks/ppo_speed.py                           # 500k steps per run

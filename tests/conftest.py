@@ -9,7 +9,7 @@ import pytest
 
 # Before anything imports jax: 8 simulated CPU devices for the data-parallel tests (a process
 # gets its device count once), the scheduler setting that avoids jax 0.10.2's CPU hang when whole
-# training runs are vmapped (see shared platform notes), and LLVM at -O0. The unit tests are
+# training runs are vmapped (labcore/__main__.py sets the same flag and says why), and LLVM at -O0. The unit tests are
 # compile-bound: most compile a small program and run it for well under a second, and XLA's CPU
 # backend at -O0 compiles about 40% faster (tests/ on the 2-core machine: 946 s -> 780 s) while
 # computing the same functions. A test whose time goes to running one long program compiles
