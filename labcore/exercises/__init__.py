@@ -1,0 +1,54 @@
+"""Checkers for the notebooks' exercises.
+
+A notebook cell asks the reader to write a function, then calls::
+
+    labcore.exercises.check("stable_softmax", stable_softmax)
+
+which runs the reader's function and labcore's reference on several fresh
+random inputs and prints a pass, or the first mismatch (which input, which
+output element, the two values). It returns True or False and never raises
+for a wrong or unfinished answer, so a notebook with an unsolved exercise
+still runs to the end (under nbval too). Exercises marked ``jit=True`` must
+also work under ``jax.jit``: a solution that only works eagerly fails.
+Input makers draw shapes as well as values, so that a solution hard-wired to
+one shape fails.
+
+``checking`` holds the exercise record, the catalogue and the comparison; each
+``nbNN_*`` module holds the exercises of notebook NN, and is registered here in
+notebook order, so ``names()`` lists the exercises in the order a reader meets them.
+
+``python -m labcore exercises`` lists every exercise.
+"""
+
+from __future__ import annotations
+
+from labcore.exercises import (
+    nb00_jax_primitives,
+    nb01_haiku_dqn,
+    nb02_jit_vmap_pmap,
+    nb03_distributed,
+    nb04_iqn_port,
+    nb05_masked_ppo,
+    nb06_accelerators,
+    nb07_gflownet,
+)
+from labcore.exercises.checking import Exercise, InputMaker, check, first_mismatch, get, names, register
+from labcore.exercises.nb02_jit_vmap_pmap import PMEAN_AXIS
+
+__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "names", "register"]
+
+NOTEBOOK_MODULES = (
+    nb00_jax_primitives,
+    nb01_haiku_dqn,
+    nb02_jit_vmap_pmap,
+    nb03_distributed,
+    nb04_iqn_port,
+    nb05_masked_ppo,
+    nb06_accelerators,
+    nb07_gflownet,
+)
+
+for _module in NOTEBOOK_MODULES:
+    for _exercise in _module.catalogue():
+        register(_exercise)
+del _module, _exercise

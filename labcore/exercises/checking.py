@@ -1,0 +1,182 @@
+"""The exercise record, the catalogue, and the comparison of a learner's output with the reference's.
+
+The package ``labcore.exercises`` re-exports the public names; the notebook modules beside this one
+hold the exercises themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+InputMaker = Callable[[np.random.Generator], tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class Exercise:
+    """One exercise: a reference function and a way to draw random inputs for it."""
+
+    name: str
+    description: str  # first line: the task; the rest: hints shown on failure
+    reference: Callable[..., Any]
+    make_inputs: InputMaker  # rng -> positional arguments for both functions
+    trials: int = 5
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    jit: bool = False  # the learner's function must also run under jax.jit
+    # How the learner's function is run, e.g. under jax.pmap; the default calls it as it is.
+    run_with: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+
+
+_REGISTRY: dict[str, Exercise] = {}
+
+
+def register(exercise: Exercise) -> Exercise:
+    """Add an exercise to the catalogue (names are unique)."""
+    if exercise.name in _REGISTRY:
+        raise ValueError(f"exercise {exercise.name!r} is already registered")
+    if exercise.trials < 1:
+        raise ValueError(f"exercise {exercise.name!r}: trials must be >= 1, got {exercise.trials}")
+    _REGISTRY[exercise.name] = exercise
+    return exercise
+
+
+def names() -> list[str]:
+    """Every registered exercise name, in registration order: notebook order, and within a
+    notebook the order it checks them in."""
+    return list(_REGISTRY)
+
+
+def get(name: str) -> Exercise:
+    """The exercise called ``name``; a ValueError listing the known names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown exercise {name!r}; known exercises: {', '.join(names())}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparing a learner's output with the reference's.
+
+
+def _describe_value(value: Any) -> str:
+    import jax
+
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return "a PRNG key"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"array{tuple(value.shape)} {value.dtype}"
+    import jax.tree_util as jtu
+
+    leaves = jtu.tree_leaves(value)
+    if isinstance(value, dict | list | tuple) or (leaves and leaves[0] is not value):  # containers, dataclasses
+        return f"{type(value).__name__} pytree with {len(leaves)} arrays"
+    return repr(value)
+
+
+def _describe_inputs(args: tuple) -> str:
+    return ", ".join(_describe_value(a) for a in args)
+
+
+def first_mismatch(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str | None:
+    """None if ``got`` matches ``expected`` (same pytree structure, shapes, values within
+    tolerance), else a sentence describing the first difference."""
+    import jax.tree_util as jtu
+
+    expected_paths, expected_def = jtu.tree_flatten_with_path(expected)
+    got_leaves, got_def = jtu.tree_flatten(got)
+    if got_def != expected_def:
+        return f"the output's structure is {got_def}, but the reference returns {expected_def}"
+    for (path, want), have in zip(expected_paths, got_leaves, strict=True):
+        where = "output" + jtu.keystr(path)
+        want, have = np.asarray(want), np.asarray(have)
+        if have.shape != want.shape:
+            return f"{where} has shape {have.shape}, but the reference's has shape {want.shape}"
+        if have.dtype.kind != want.dtype.kind and not (have.dtype.kind in "fc" and want.dtype.kind in "fc"):
+            return f"{where} has dtype {have.dtype}, but the reference's is {want.dtype}"
+        close = np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=False)
+        if not np.all(close):
+            index = tuple(int(i) for i in np.argwhere(~close)[0])
+            at = f"{where}[{', '.join(map(str, index))}]" if index else where
+            n_bad = int(np.size(close) - np.count_nonzero(close))
+            return f"{at} = {have[index]!r}, but the reference gives {want[index]!r} ({n_bad} of {close.size} values differ)"
+    return None
+
+
+def _explain_exception(err: BaseException) -> str:
+    if isinstance(err, NotImplementedError):
+        return "it raised NotImplementedError: the exercise is not written yet"
+    last = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+    where = f" (line {last.lineno}: {last.line})" if last and last.line else ""
+    message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"it raised {type(err).__name__}: {message}{where}"
+
+
+def check(
+    name: str,
+    learner_fn: Callable[..., Any],
+    *,
+    trials: int | None = None,
+    seed: int | None = None,
+    verbose: bool = True,
+) -> bool:
+    """Run ``learner_fn`` and the reference of exercise ``name`` on fresh random inputs.
+
+    Prints a pass, or the first failure with the inputs it failed on, and
+    returns whether every trial matched. A wrong answer, or one that raises,
+    is reported and returns False; only an unknown exercise name raises.
+    ``seed`` fixes the inputs (the failure message always says which seed).
+    """
+    import jax
+
+    exercise = get(name)
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0])
+    rng = np.random.default_rng(seed)
+    n_trials = exercise.trials if trials is None else trials
+
+    def report(ok: bool, message: str) -> bool:
+        if verbose:
+            print(message)
+        return ok
+
+    for trial in range(n_trials):
+        args = exercise.make_inputs(rng)
+        expected = exercise.reference(*args)
+        prepared = learner_fn if exercise.run_with is None else exercise.run_with(learner_fn)
+        runs = [("", prepared)]
+        if exercise.jit:
+            runs.append((" under jax.jit", jax.jit(prepared)))
+        for how, fn in runs:
+            try:
+                got = jax.block_until_ready(fn(*args))
+            except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
+                problem = _explain_exception(err)
+            else:
+                problem = first_mismatch(got, expected, exercise.rtol, exercise.atol)
+            if problem is not None:
+                hint = "\n".join(exercise.description.splitlines()[1:]).strip()
+                return report(
+                    False,
+                    f"FAIL  {name}: on input {trial + 1} of {n_trials}{how} (seed {seed}), {problem}.\n"
+                    f"      inputs: {_describe_inputs(args)}"
+                    + (f"\n      hint: {textwrap.fill(hint, 88, subsequent_indent=' ' * 12)}" if hint else ""),
+                )
+    checked = " and under jax.jit" if exercise.jit else ""
+    return report(True, f"PASS  {name}: matches the reference on {n_trials} random inputs{checked}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared by the notebooks' input makers.
+
+
+def jnp_f32(x: np.ndarray):
+    """A float32 JAX array of ``x``."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(x, dtype=jnp.float32)

@@ -1,0 +1,107 @@
+"""Notebook 00 (jax_primitives): arrays, randomness, grad and vmap; the references are labcore.primitives."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labcore.exercises.checking import Exercise, jnp_f32
+
+
+def _softmax_inputs(rng: np.random.Generator) -> tuple:
+    rows, cols = rng.integers(1, 8), rng.integers(2, 12)
+    # Logits in the hundreds: exp overflows float32 (max ~88.7) unless shifted first.
+    scale = rng.choice([1.0, 50.0, 300.0])
+    return (jnp_f32(rng.normal(size=(rows, cols)) * scale + rng.uniform(-500, 500)),)
+
+
+def _diagonal_inputs(rng: np.random.Generator) -> tuple:
+    n = rng.integers(1, 9)
+    return jnp_f32(rng.normal(size=(n, n))), jnp_f32(rng.normal(size=n))
+
+
+def _dropout_inputs(rng: np.random.Generator) -> tuple:
+    import jax
+
+    shape = tuple(rng.integers(1, 9, size=rng.integers(1, 4)))
+    return jax.random.key(int(rng.integers(2**31))), jnp_f32(rng.normal(size=shape)), float(rng.choice([0.1, 0.5, 0.8]))
+
+
+def _regression_inputs(rng: np.random.Generator) -> tuple:
+    batch, dim = rng.integers(1, 33), rng.integers(1, 9)
+    params = {"w": jnp_f32(rng.normal(size=dim)), "b": jnp_f32(rng.normal())}
+    return params, jnp_f32(rng.normal(size=(batch, dim))), jnp_f32(rng.normal(size=batch))
+
+
+def _pairwise_inputs(rng: np.random.Generator) -> tuple:
+    n, m, dim = rng.integers(1, 9), rng.integers(1, 9), rng.integers(1, 6)
+    return jnp_f32(rng.normal(size=(n, dim))), jnp_f32(rng.normal(size=(m, dim)))
+
+
+def _pytree_inputs(rng: np.random.Generator) -> tuple:
+    def leaf():
+        return jnp_f32(rng.normal(size=tuple(rng.integers(1, 5, size=rng.integers(0, 3)))))
+
+    tree = {
+        "encoder": [leaf() for _ in range(rng.integers(1, 4))],
+        "head": {"w": leaf(), "b": leaf()},
+        "scale": leaf(),
+    }
+    return (tree,)
+
+
+def catalogue() -> list[Exercise]:
+    """This notebook's exercises, in the order the notebook checks them."""
+    from labcore import primitives
+
+    return [
+        Exercise(
+            name="stable_softmax",
+            description="Softmax over the last axis that does not overflow for logits in the hundreds.\n"
+            "exp(1000.) is inf in float32; subtract each row's max (keepdims=True) before exp.",
+            reference=primitives.stable_softmax,
+            make_inputs=_softmax_inputs,
+            jit=True,
+        ),
+        Exercise(
+            name="set_diagonal",
+            description="Return a copy of a square matrix with its diagonal replaced by a vector.\n"
+            "JAX arrays are immutable: use matrix.at[rows, cols].set(values) with index arrays.",
+            reference=primitives.set_diagonal,
+            make_inputs=_diagonal_inputs,
+            jit=True,
+        ),
+        Exercise(
+            name="dropout",
+            description="Inverted dropout: zero entries with probability `rate`, scale the rest by 1/(1-rate).\n"
+            "Draw the keep-mask with jax.random.bernoulli(key, 1 - rate, x.shape); the same key must give "
+            "the same mask as the reference.",
+            reference=primitives.dropout,
+            make_inputs=_dropout_inputs,
+        ),
+        Exercise(
+            name="linear_regression_grad",
+            description="Gradient of the mean squared error of x @ w + b with respect to params {'w', 'b'}.\n"
+            "Write the loss as a function of params first, then return jax.grad(loss)(params, x, y): "
+            "a dict with the same keys and shapes as params.",
+            reference=primitives.linear_regression_grad,
+            make_inputs=_regression_inputs,
+            jit=True,
+        ),
+        Exercise(
+            name="pairwise_squared_distances",
+            description="Squared distances between every row of a [N, D] and every row of b [M, D] -> [N, M].\n"
+            "Write the distance of one pair of vectors, then vmap it twice: in_axes=(None, 0) inside, "
+            "in_axes=(0, None) outside.",
+            reference=primitives.pairwise_squared_distances,
+            make_inputs=_pairwise_inputs,
+            jit=True,
+        ),
+        Exercise(
+            name="global_norm",
+            description="The L2 norm of all the leaves of a pytree taken together (a scalar).\n"
+            "jax.tree_util.tree_leaves(tree) gives the arrays; sum their squared entries, then take sqrt.",
+            reference=primitives.global_norm,
+            make_inputs=_pytree_inputs,
+            jit=True,
+        ),
+    ]

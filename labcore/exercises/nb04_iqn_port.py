@@ -1,0 +1,162 @@
+"""Notebook 04 (iqn_port): the IQN port (NoisyLinear, the quantile Huber loss, the frame buffer's ring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labcore.exercises.checking import Exercise
+
+
+def _noisy_linear_inputs(rng: np.random.Generator) -> tuple:
+    batch, n_in, n_out = int(rng.integers(1, 9)), int(rng.integers(1, 12)), int(rng.integers(1, 12))
+    bound = np.sqrt(3.0 / n_in)
+
+    def draw(*shape: int) -> np.ndarray:
+        return rng.normal(size=shape).astype(np.float32)
+
+    return (
+        draw(batch, n_in),
+        rng.uniform(-bound, bound, size=(n_in, n_out)).astype(np.float32),
+        rng.uniform(-bound, bound, size=(n_out,)).astype(np.float32),
+        # sigmas far from their 0.017 start, so that a wrong noise term shows at float32 precision
+        rng.uniform(0.01, 0.5, size=(n_in, n_out)).astype(np.float32),
+        rng.uniform(0.01, 0.5, size=(n_out,)).astype(np.float32),
+        draw(n_in, n_out),
+        draw(n_out),
+    )
+
+
+def _noisy_linear_torch(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic: bool):
+    """The PyTorch reference layer (labcore.torch_ref.irainbow.NoisyLinear) with these weights and this draw."""
+    import torch
+
+    from labcore.torch_ref import irainbow
+
+    n_in, n_out = kernel.shape
+    layer = irainbow.NoisyLinear(n_in, n_out)
+    with torch.no_grad():  # PyTorch stores weights as [out, in]: the Flax-layout kernels are transposed
+        layer.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.T)))
+        layer.bias.copy_(torch.from_numpy(bias))
+        layer.sigma_weight.copy_(torch.from_numpy(np.ascontiguousarray(sigma_kernel.T)))
+        layer.sigma_bias.copy_(torch.from_numpy(sigma_bias))
+        layer.set_noise(np.ascontiguousarray(eps_kernel.T), eps_bias)
+        layer.train(not deterministic)
+        return layer(torch.from_numpy(x)).numpy()
+
+
+def _noisy_linear_reference(*arrays):
+    """(training-mode output, eval-mode output), each [B, out]."""
+    return _noisy_linear_torch(*arrays, False), _noisy_linear_torch(*arrays, True)
+
+
+def _run_in_both_modes(noisy_linear):
+    """Call the learner's noisy_linear(..., deterministic) jitted, with deterministic False then True
+    (static: a Python bool chooses the branch at trace time)."""
+    import jax
+
+    jitted = jax.jit(noisy_linear, static_argnums=7)
+
+    def run(*arrays):
+        return jitted(*arrays, False), jitted(*arrays, True)
+
+    return run
+
+
+def _quantile_huber_inputs(rng: np.random.Generator) -> tuple:
+    batch, n = int(rng.integers(1, 17)), int(rng.integers(2, 13))
+    # |td| both below and above kappa = 1, so that both branches of the Huber loss are used
+    td = (rng.normal(size=(batch, n, n)) * rng.choice([0.5, 2.0, 5.0])).astype(np.float32)
+    taus = rng.random((batch, n, 1)).astype(np.float32)
+    valid = (rng.random((batch, 1)) > 0.25).astype(np.float32)
+    valid[0, 0] = 1.0  # never an all-zero loss
+    return td, taus, valid
+
+
+def _quantile_huber_reference(td, taus, valid):
+    """The loss exactly as labcore.agents.iqn.core.loss_and_draws computes it from td (tests/test_exercises.py
+    checks it against the PyTorch reference's quantile_huber_terms(...).mean())."""
+    import jax.numpy as jnp
+
+    from labcore import losses
+
+    huber = losses.huber_loss(td, 1.0) * valid[:, :, None]
+    weight = jnp.abs(taus - (td < 0).astype(jnp.float32))
+    return jnp.mean(weight * huber)
+
+
+def _current_state_inputs(rng: np.random.Generator) -> tuple:
+    n_frames = int(rng.integers(2, 7))
+    capacity = int(rng.integers(n_frames + 2, 40))
+    obs = int(rng.integers(1, 6))
+    # half the draws put idx where the n_frames - 1 rows before it wrap around the end of the ring
+    idx = rng.integers(0, n_frames - 1) if rng.random() < 0.5 else rng.integers(0, capacity)
+    return rng.normal(size=(capacity, obs)).astype(np.float32), np.int32(idx), n_frames
+
+
+def _current_state_reference(states, idx, n_frames):
+    """labcore's buffer_current_state on a FrameBuffer holding ``states`` with write position ``idx``."""
+    import jax.numpy as jnp
+
+    from labcore.agents.iqn import core as iqn
+
+    capacity, obs = states.shape
+    config = iqn.IQNConfig(obs_size=obs, n_frames=n_frames, memory=capacity, batch_size=1)
+    buf = iqn.buffer_init(config).replace(states=jnp.asarray(states), idx=jnp.int32(idx), size=jnp.int32(capacity))
+    return iqn.buffer_current_state(buf, config)
+
+
+def _run_with_static_frames(current_state):
+    """jax.jit the learner's current_state with n_frames static and idx traced (as inside a jitted epoch)."""
+    import jax
+
+    return jax.jit(current_state, static_argnums=2)
+
+
+def catalogue() -> list[Exercise]:
+    """This notebook's exercises, in the order the notebook checks them."""
+    return [
+        Exercise(
+            name="noisy_linear",
+            description="The independent-Gaussian NoisyLinear forward as a pure function: x [B, in], kernel [in, out], "
+            "bias [out], sigma_kernel [in, out], sigma_bias [out], eps_kernel [in, out], eps_bias [out], "
+            "deterministic (a Python bool) -> [B, out].\n"
+            "Training mode (deterministic=False) perturbs the WEIGHTS, every weight with its own draw: "
+            "x @ (kernel + sigma_kernel * eps_kernel) + (bias + sigma_bias * eps_bias). Eval mode "
+            "(deterministic=True) uses the means only: x @ kernel + bias. Not factorised noise, and no noise in "
+            "eval mode. The checker runs your function jitted in both modes and compares (training, eval) "
+            "with the PyTorch reference layer: output[0] is training mode, output[1] eval mode.",
+            reference=_noisy_linear_reference,
+            make_inputs=_noisy_linear_inputs,
+            run_with=_run_in_both_modes,
+            rtol=1e-5,
+            atol=1e-5,
+        ),
+        Exercise(
+            name="quantile_huber_loss",
+            description="The iRainbow loss from the TD errors: td [B, N, N] (td[b, i, j] = target_j - expected_i), "
+            "taus [B, N, 1] (the fractions of the expected quantiles), valid [B, 1] -> [].\n"
+            "huber = 0.5 td^2 where |td| <= 1, else |td| - 0.5 (kappa = 1); weight = |tau_i - 1{td < 0}| (the "
+            "taus broadcast over the target axis j); loss = MEAN over all B * N * N elements of "
+            "weight * huber * valid[:, :, None], padding rows included: the original averages, it does not sum "
+            "over the target quantiles.",
+            reference=_quantile_huber_reference,
+            make_inputs=_quantile_huber_inputs,
+            jit=True,
+            rtol=1e-5,
+            atol=1e-6,
+        ),
+        Exercise(
+            name="current_state",
+            description="The frames an agent stacks before its new observation: states [capacity, obs], idx [] int "
+            "(the next row the buffer writes), n_frames -> [n_frames - 1, obs], the n_frames - 1 rows before idx, "
+            "OLDEST first, wrapping around the end of the ring.\n"
+            "rows = (idx - (n_frames - 1) + jnp.arange(n_frames - 1)) % capacity, then states[rows]. The checker "
+            "jits your function with idx traced (n_frames static), so a Python `if idx < n_frames - 1:` "
+            "branch, the plan's two-slice version, cannot work: let the modulo do the wrapping.",
+            reference=_current_state_reference,
+            make_inputs=_current_state_inputs,
+            run_with=_run_with_static_frames,
+            rtol=0.0,
+            atol=0.0,
+        ),
+    ]
