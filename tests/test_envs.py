@@ -1,4 +1,5 @@
-"""Host environments: id and action-space checks, the Atari preprocessing, the vectorised variant."""
+"""Host environments: id and action-space checks, the Atari preprocessing, the vectorised variant;
+the layering (nothing below the agents imports them)."""
 
 import gymnasium as gym
 import numpy as np
@@ -63,3 +64,21 @@ def test_vector_atari_auto_resets_in_the_same_step():
         assert info["final_obs"][i].shape == (4, 84, 84)
         assert all(np.array_equal(obs[i][0], frame) for frame in obs[i])
     vector.close()
+
+
+def test_lower_layers_import_nothing_from_agents():
+    """envs, nets, replay, losses and the PyTorch references sit below the agents: no import of
+    labcore.agents, even one deferred into a function."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(envs.__file__).parents[1]
+    files = [*root.glob("envs/*.py"), *root.glob("nets/*.py"), *root.glob("torch_ref/*.py"), root / "replay.py", root / "losses.py"]
+    offenders = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            offenders += [f"{path.relative_to(root)}: {name}" for name in names if name.startswith("labcore.agents")]
+    assert len(files) > 10 and offenders == []

@@ -14,11 +14,14 @@ R(x) / sum R: ``target_distribution`` gives that exactly (H^D terminal states), 
 
 A trajectory that makes n moves has n + 1 actions (the last is exit); the longest has
 D (H - 1) moves, so every trajectory fits in ``max_actions = D (H - 1) + 1`` steps.
+
+Trainers batch trajectories as ``Trajectories`` and report their learning curve with ``l1_curve``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -94,6 +97,11 @@ def step(grid: HyperGrid, state: jax.Array, action: jax.Array) -> jax.Array:
     return state + move
 
 
+def encode(grid: HyperGrid, states: jax.Array) -> jax.Array:
+    """One-hot per coordinate: [..., D] int -> [..., D * H] float32 (the networks' input)."""
+    return jax.nn.one_hot(states, grid.height, dtype=jnp.float32).reshape(*states.shape[:-1], grid.ndim * grid.height)
+
+
 def all_states(grid: HyperGrid) -> np.ndarray:
     """[H^D, D] int32, every terminal state, in ``state_index`` order."""
     axes = np.meshgrid(*[np.arange(grid.height)] * grid.ndim, indexing="ij")
@@ -139,3 +147,27 @@ def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
         return float(np.sum(a[support] * np.log(a[support] / b[support])))
 
     return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def l1_curve(config: Any, terminal_indices: np.ndarray, log_every: int) -> list[tuple[int, float]]:
+    """(iteration, L1 of the last l1_samples terminal states up to it) every log_every iterations
+    and at the end. config: anything with ``grid``, ``iterations`` and ``l1_samples`` (a
+    ``GFlowNetConfig``); terminal_indices: [iterations, B] ``state_index`` of each sample, in
+    sampling order; every trainer reports its L1 through this."""
+    target = target_distribution(config.grid)
+    flat = np.asarray(terminal_indices)
+    points = sorted({*range(log_every, config.iterations + 1, log_every), config.iterations})
+    recent = lambda iteration: flat[:iteration].ravel()[-config.l1_samples :]  # noqa: E731
+    return [(i, l1_distance(index_distribution(config.grid, recent(i)), target)) for i in points]
+
+
+class Trajectories(NamedTuple):
+    """A batch of B trajectories padded to T = ``max_actions`` actions (the GFlowNet losses' input,
+    ``labcore.agents.gflownet.core``): states s_0 = 0, ..., s_{L-1} = x, then x repeated; actions
+    a_0 ... a_{L-1} = exit, then exit; L counts the actions including exit (1 <= L <= T)."""
+
+    states: jax.Array  # [B, T + 1, D] int32
+    actions: jax.Array  # [B, T] int32
+    lengths: jax.Array  # [B] int32
+    log_rewards: jax.Array  # [B] float32
+

@@ -311,7 +311,7 @@ def train(config, log_every: int = 100) -> dict:
     Returns {"losses": [iterations], "l1": [(iteration, L1 of the last l1_samples terminal states)],
     "agent": the trained agent, "seconds": time per phase}.
     """
-    from labcore.agents.gflownet.core import l1_curve
+    from labcore.envs.hypergrid import l1_curve
 
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
@@ -368,9 +368,9 @@ def load_jax_params(agent: GFlowNetAgent, params: dict) -> None:
 
 
 def batch_to_jax(batch: dict):
-    """A sampled PyTorch batch as labcore.agents.gflownet.core.Trajectories."""
+    """A sampled PyTorch batch as ``labcore.envs.hypergrid.Trajectories`` (the JAX losses' input)."""
     import jax.numpy as jnp
 
-    from labcore.agents.gflownet.core import Trajectories
+    from labcore.envs.hypergrid import Trajectories
 
     return Trajectories(*(jnp.asarray(batch[name].numpy()) for name in ("states", "actions", "lengths", "log_rewards")))

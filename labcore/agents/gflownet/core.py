@@ -30,15 +30,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from labcore import devices, losses, validation
 from labcore.envs import hypergrid
-from labcore.envs.hypergrid import HyperGrid
+from labcore.envs.hypergrid import HyperGrid, Trajectories, encode
+from labcore.envs.hypergrid import l1_curve  # noqa: F401 (kept importable here: the trainers call gflownet.l1_curve)
 
 LOSSES = ("tb", "db", "fm", "fl", "subtb")
 TRAINERS = ("torch", "hybrid", "jax_policy", "jax")
@@ -98,13 +98,6 @@ class GFlowNetConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-class Trajectories(NamedTuple):
-    states: jax.Array  # [B, T + 1, D] int32
-    actions: jax.Array  # [B, T] int32
-    lengths: jax.Array  # [B] int32
-    log_rewards: jax.Array  # [B] float32
 
 
 def step_log_probs(
@@ -200,28 +193,12 @@ def flow_matching(grid, batch, edge_log_flows, parent_edge_log_flows) -> jax.Arr
     return jnp.sum(residual**2) / jnp.maximum(jnp.sum(visited), 1)
 
 
-def l1_curve(config: GFlowNetConfig, terminal_indices: np.ndarray, log_every: int) -> list[tuple[int, float]]:
-    """(iteration, L1 of the last l1_samples terminal states up to it) every log_every iterations
-    and at the end. terminal_indices: [iterations, B] ``hypergrid.state_index`` of each sample,
-    in sampling order; every trainer reports its L1 through this."""
-    target = hypergrid.target_distribution(config.grid)
-    flat = np.asarray(terminal_indices)
-    points = sorted({*range(log_every, config.iterations + 1, log_every), config.iterations})
-    recent = lambda iteration: flat[:iteration].ravel()[-config.l1_samples :]  # noqa: E731
-    return [(i, hypergrid.l1_distance(hypergrid.index_distribution(config.grid, recent(i)), target)) for i in points]
-
-
 # ----------------------------------------------------------------------------------------------
 # The policy in JAX: the same MLPs as the PyTorch agent (labcore.torch_ref.gflownet), as plain
 # pytrees of arrays, so parameters can be copied between the two exactly.
 #
 # params = {"forward_policy": [{"w": [in, out], "b": [out]}, ...], "backward_policy": [...],
 #           "state_flow": [...], "log_z": []}
-
-
-def encode(grid: HyperGrid, states: jax.Array) -> jax.Array:
-    """One-hot per coordinate: [..., D] int -> [..., D * H] float32 (as the PyTorch agent)."""
-    return jax.nn.one_hot(states, grid.height, dtype=jnp.float32).reshape(*states.shape[:-1], grid.ndim * grid.height)
 
 
 def mlp_apply(layers: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
