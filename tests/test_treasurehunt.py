@@ -1,6 +1,7 @@
 """Treasurehunt: every rule of the JAX world, its observation layout, and whole-epoch parity with
 the object-style reference world (labcore.torch_ref.treasurehunt) under identical starts, spawn
-draws and actions; plus vmap over worlds and jit without retracing."""
+draws and actions; plus vmap over worlds and jit without retracing; and the gymnax interface
+(Treasurehunt): the free functions' game step by step, jit, vmap, play_episodes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from labcore import evaluation
 from labcore.envs import treasurehunt as th
+from labcore.envs import wrappers
 from labcore.torch_ref.treasurehunt import TreasurehuntWorld
 
 PARAMS = th.make_params()
@@ -371,3 +374,112 @@ def test_observe_and_move_jit_without_retracing_across_turns():
             state, rewards = move_agents(state, actions, PARAMS)
     assert obs.shape == (5, 125) and rewards.shape == (5,) and int(state.turn) == PARAMS.max_turns
     assert traces == {"observe": 1, "move": 1, "spawn": 1}
+
+
+# -- the gymnax interface (Treasurehunt) -----------------------------------------------------------
+
+ENV = th.Treasurehunt()
+ENV_PARAMS = th.make_params(height=7, width=8, n_agents=4, spawn_prob=0.2, max_turns=12)
+
+
+def free_reset(key, params):
+    """What Treasurehunt.reset_env does, in free functions: reset, then the first spawn."""
+    world_key, spawn_key = jax.random.split(key)
+    return th.spawn_gems(reset(world_key, params), th.spawn_uniforms(spawn_key, params), params)
+
+
+def assert_same_world(got: th.WorldState, want: th.WorldState, where: str = ""):
+    for name in ("top", "agent_pos", "turn"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)), err_msg=f"{name} {where}")
+
+
+def test_env_interface_and_spaces():
+    params = ENV_PARAMS
+    obs, state = ENV.reset(jax.random.key(0), params)
+    assert ENV.name == "Treasurehunt-v0" and ENV.num_actions == 4 and ENV.default_params == PARAMS
+    assert ENV.action_space(params).n == len(th.ACTIONS) and not hasattr(ENV, "action_mask")  # every action is legal
+    space = ENV.observation_space(params)
+    assert space.shape == obs.shape == (4, th.obs_size(params)) and bool(space.contains(obs))
+    assert params.max_steps_in_episode == params.max_turns == 12 and int(state.turn) == 0
+
+
+def test_env_plays_the_free_functions_turn_by_turn_and_resets_after_max_turns():
+    params = ENV_PARAMS
+    turns = 2 * params.max_turns + 3  # across the automatic reset
+    reset_key, *step_keys = jax.random.split(jax.random.key(3), turns + 1)
+    actions = np.random.default_rng(3).integers(4, size=(turns, params.n_agents)).astype(np.int32)
+    obs, state = ENV.reset(reset_key, params)
+    world = free_reset(reset_key, params)
+    assert_same_world(state, world, "after reset")
+    np.testing.assert_array_equal(obs, th.observe(world, params))
+    seen = set()
+    for t in range(turns):
+        obs, state, rewards, terminated, truncated, info = ENV.step(step_keys[t], state, actions[t], params)
+        step_key, restart_key = jax.random.split(step_keys[t])
+        moved, want_rewards = move_agents(world, jnp.asarray(actions[t]), params)
+        np.testing.assert_array_equal(rewards, want_rewards, err_msg=f"rewards, turn {t}")
+        assert int(info["gems_collected"]) == int(th.gems_on_map(world) - th.gems_on_map(moved))
+        world = th.spawn_gems(moved, th.spawn_uniforms(step_key, params), params)
+        np.testing.assert_array_equal(info["final_observation"], th.observe(world, params))
+        last = (t + 1) % params.max_turns == 0
+        assert not bool(terminated) and bool(truncated) == last, t
+        if last:
+            world = free_reset(restart_key, params)
+        assert_same_world(state, world, f"turn {t}")
+        np.testing.assert_array_equal(obs, th.observe(world, params), err_msg=f"obs, turn {t}")
+        seen |= set(np.asarray(rewards).tolist())
+    assert seen == {0.0, params.wall_value, params.gem_value}  # every kind of reward was checked
+
+
+def scan_env(params):
+    """jit(reset key, step keys [T], actions [T, n]) -> (obs, rewards, truncated, top) per step."""
+
+    def run(reset_key, step_keys, actions):
+        def turn(state, xs):
+            step_key, turn_actions = xs
+            obs, state, rewards, _, truncated, _ = ENV.step(step_key, state, turn_actions, params)
+            return state, (obs, rewards, truncated, state.top)
+
+        return jax.lax.scan(turn, ENV.reset(reset_key, params)[1], (step_keys, actions))[1]
+
+    return jax.jit(run)
+
+
+def test_env_vmaps_over_worlds_under_jit():
+    params, n_worlds, turns = ENV_PARAMS, 6, 30
+    keys = jax.random.split(jax.random.key(11), n_worlds)
+    step_keys = jax.vmap(lambda k: jax.random.split(k, turns))(keys)
+    actions = np.random.default_rng(11).integers(4, size=(n_worlds, turns, params.n_agents)).astype(np.int32)
+    run = scan_env(params)
+    batched = jax.device_get(jax.jit(jax.vmap(run))(keys, step_keys, actions))
+    for w in range(n_worlds):
+        alone = jax.device_get(run(keys[w], step_keys[w], actions[w]))
+        for got, want in zip(batched, alone):
+            np.testing.assert_array_equal(got[w], want)
+    assert batched[2].sum() == n_worlds * (turns // params.max_turns)  # every world truncated on time
+
+
+class TeamReward(wrappers.Wrapper):
+    """Treasurehunt with one scalar reward per step, the agents' sum (play_episodes sums scalars)."""
+
+    def step(self, key, state, action, params):
+        obs, state, rewards, terminated, truncated, info = self._env.step(key, state, action, params)
+        return obs, state, rewards.sum(), terminated, truncated, info
+
+
+def test_play_episodes_plays_whole_epochs_of_team_play():
+    params = ENV_PARAMS
+
+    def choose(key, obs, mask):  # obs [n_agents, obs_size], mask [4]: one random legal action per agent
+        return jax.random.categorical(key, jnp.where(mask, 0.0, -jnp.inf), shape=(obs.shape[0],))
+
+    returns = jax.jit(lambda key: evaluation.play_episodes(TeamReward(ENV), params, choose, key, 3))(jax.random.key(5))
+    for e, episode_key in enumerate(jax.random.split(jax.random.key(5), 3)):  # the same episodes, step by step
+        reset_key, play_key = jax.random.split(episode_key)
+        obs, state = ENV.reset(reset_key, params)
+        total = 0.0
+        for step_key in jax.random.split(play_key, params.max_turns):
+            choose_key, env_key = jax.random.split(step_key)
+            obs, state, rewards, *_ = ENV.step(env_key, state, choose(choose_key, obs, jnp.ones(4, bool)), params)
+            total += float(rewards.sum())
+        assert float(returns[e]) == pytest.approx(total)
