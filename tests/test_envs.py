@@ -1,7 +1,9 @@
 """Host environments: id and action-space checks, the Atari preprocessing, the vectorised variant;
-the layering (nothing below the agents imports them)."""
+labcore's masked games; the layering (nothing below the agents imports them)."""
 
 import gymnasium as gym
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -64,6 +66,28 @@ def test_vector_atari_auto_resets_in_the_same_step():
         assert info["final_obs"][i].shape == (4, 84, 84)
         assert all(np.array_equal(obs[i][0], frame) for frame in obs[i])
     vector.close()
+
+
+def test_hypergrid_is_a_masked_game():
+    assert "HyperGrid-v0" in envs.MASKED_ENVS
+    env, params = envs.make_masked_env("HyperGrid-v0")
+    assert env.num_actions == 3 and env.observation_space(params).shape == (16,)
+    obs, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    finished = []
+    for t in range(60):  # random legal play: every trajectory ends by exiting, with return R(x) > 0
+        logits = jnp.where(env.action_mask(state, params), 0.0, -jnp.inf)
+        action = jax.random.categorical(jax.random.key(1000 + t), logits)
+        obs, state, _, terminated, truncated, info = step(jax.random.key(t), state, action, params)
+        assert obs.shape == (16,) and not bool(truncated)
+        if bool(info["returned_episode"]):
+            finished.append(float(info["returned_episode_return"]))
+    assert len(finished) > 5 and min(finished) >= params.r0
+
+
+def test_unknown_masked_game_lists_labcore_games():
+    with pytest.raises(ValueError, match="Vault-v0, HyperGrid-v0"):
+        envs.make_masked_env("Vaul-v0")
 
 
 def test_lower_layers_import_nothing_from_agents():

@@ -1,4 +1,5 @@
-"""HyperGrid and the GFlowNet losses: JAX against the PyTorch reference, values and gradients."""
+"""HyperGrid and the GFlowNet losses: JAX against the PyTorch reference, values and gradients;
+HyperGrid's gymnax interface (HyperGridEnv): the free functions step by step, jit, vmap, play."""
 
 import jax
 import jax.numpy as jnp
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from labcore import evaluation
 from labcore.agents.gflownet import core as gflownet
 from labcore.envs import hypergrid
 from labcore.torch_ref import gflownet as ref
@@ -350,3 +352,68 @@ def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
     l1 = gflownet.l1_curve(config, np.asarray(terminals), 500)
     assert l1[-1][1] < 0.1, l1
     assert l1[0][1] > l1[-1][1]
+
+
+# -- the gymnax interface (HyperGridEnv) -------------------------------------------------------------
+
+ENV = hypergrid.HyperGridEnv()
+
+
+def test_env_plays_the_free_functions_and_resets_after_exit():
+    grid = hypergrid.HyperGrid(ndim=3, height=4)
+    rng = np.random.default_rng(0)
+    obs, state = ENV.reset(jax.random.key(0), grid)
+    assert ENV.observation_space(grid).shape == obs.shape == (12,) and ENV.action_space(grid).n == 4
+    position, steps, exits, invalid = np.zeros(3, np.int32), 0, 0, 0
+    for t in range(300):
+        mask = np.asarray(hypergrid.forward_mask(grid, jnp.asarray(position)))
+        np.testing.assert_array_equal(ENV.action_mask(state, grid), mask)
+        action = int(rng.integers(4)) if rng.random() < 0.3 else int(rng.choice(np.flatnonzero(mask)))
+        obs, state, reward, terminated, truncated, info = ENV.step(jax.random.key(t), state, action, grid)
+        legal, steps = bool(mask[action]), steps + 1
+        assert bool(info["invalid_action"]) == (not legal) and bool(truncated) == (steps == grid.max_actions)
+        exiting = action == grid.exit_action
+        want_reward = float(hypergrid.reward(grid, jnp.asarray(position))) if exiting else 0.0
+        assert float(reward) == pytest.approx(want_reward) and bool(terminated) == exiting
+        if legal:  # an illegal move leaves the point where it is
+            position = np.asarray(hypergrid.step(grid, jnp.asarray(position), jnp.int32(action)))
+        np.testing.assert_array_equal(info["final_observation"], hypergrid.encode(grid, jnp.asarray(position)))
+        if exiting or bool(truncated):
+            position, steps = np.zeros(3, np.int32), 0
+        np.testing.assert_array_equal(state.position, position)
+        np.testing.assert_array_equal(obs, hypergrid.encode(grid, jnp.asarray(position)))
+        exits, invalid = exits + exiting, invalid + (not legal)
+    assert exits > 10 and invalid > 0
+
+
+def test_env_truncates_illegal_play_at_max_actions():
+    grid = hypergrid.HyperGrid(ndim=2, height=3)
+    _, state = ENV.reset(jax.random.key(0), grid)
+    for t in range(grid.max_steps_in_episode):  # 5 actions: "+1 on 0" is illegal after two
+        _, state, reward, terminated, truncated, _ = ENV.step(jax.random.key(t), state, 0, grid)
+        assert float(reward) == 0.0 and not bool(terminated)
+    assert bool(truncated) and state.position.tolist() == [0, 0]  # and the next episode began
+
+
+def test_env_vmaps_under_jit_and_plays_random_legal_episodes():
+    grid = hypergrid.HyperGrid(ndim=2, height=8)
+    keys = jax.random.split(jax.random.key(1), 64)
+
+    @jax.jit
+    def walk(key):  # random legal play for 2 * max_actions steps: (positions, rewards) per step
+        def one(state, step_key):
+            action_key, env_key = jax.random.split(step_key)
+            logits = jnp.where(ENV.action_mask(state, grid), 0.0, -jnp.inf)
+            _, state, reward, *_ = ENV.step(env_key, state, jax.random.categorical(action_key, logits), grid)
+            return state, (state.position, reward)
+
+        return jax.lax.scan(one, ENV.reset(key, grid)[1], jax.random.split(key, 2 * grid.max_actions))[1]
+
+    batched = jax.device_get(jax.vmap(walk)(keys))
+    for i in (0, 17, 63):
+        for got, want in zip(batched, jax.device_get(walk(keys[i]))):
+            np.testing.assert_array_equal(got[i], want)
+    rewards = np.asarray(hypergrid.reward(grid, jnp.asarray(hypergrid.all_states(grid))))
+    returns = np.asarray(jax.jit(lambda key: evaluation.random_returns(ENV, grid, key, 256))(jax.random.key(2)))
+    # legal play always exits within max_actions steps, so every return is some R(x)
+    assert np.all(np.isin(returns, rewards)) and len(set(returns.tolist())) == 3

@@ -1,4 +1,8 @@
-"""Environments: host envs through gymnasium (classic control, Atari) for the DQN loops.
+"""Environments: host envs through gymnasium (classic control, Atari) for the DQN loops, and
+labcore's own pure-JAX games with the gymnax interface (stateless env object, params dataclass,
+``reset(key, params)``, ``step(key, state, action, params)``): ``vault.Vault`` and
+``hypergrid.HyperGridEnv`` (masked, through ``make_masked_env``) and the multi-agent
+``treasurehunt.Treasurehunt``.
 
 ``make_vector_env`` is the one door the training loops use: it checks the id and the action
 space before anything is built, so a typo or a continuous-control env fails with a clear
@@ -87,20 +91,31 @@ def make_jax_env(env_id: str) -> tuple[Any, Any]:
     return env, env_params
 
 
-MASKED_ENVS = ("Vault-v0",)  # labcore's own masked games (labcore.envs.vault)
+MASKED_ENVS = ("Vault-v0", "HyperGrid-v0")  # labcore's own masked games (labcore.envs.vault, labcore.envs.hypergrid)
+
+
+def _masked_game(env_id: str) -> Any:
+    """A fresh env of one of MASKED_ENVS (imported here, so ``import labcore.envs`` stays light)."""
+    if env_id == "Vault-v0":
+        from labcore.envs.vault import Vault
+
+        return Vault()
+    from labcore.envs.hypergrid import HyperGridEnv
+
+    return HyperGridEnv()
 
 
 def make_masked_env(env_id: str) -> tuple[Any, Any]:
     """A masked env (labcore.envs.wrappers interface) with flat observations and episode stats.
 
-    'Vault-v0' is labcore's masked grid game; any gymnax id with a Discrete action space
-    (CartPole-v1, Acrobot-v1, ...) runs with an all-valid mask. Returns (env, default params).
+    'Vault-v0' is labcore's masked grid game; 'HyperGrid-v0' is the GFlowNet benchmark (8 x 8)
+    with one trajectory an episode; any gymnax id with a Discrete action space (CartPole-v1,
+    Acrobot-v1, ...) runs with an all-valid mask. Returns (env, default params).
     """
     from labcore.envs import wrappers
-    from labcore.envs.vault import Vault
 
-    if env_id == "Vault-v0":
-        base = Vault()
+    if env_id in MASKED_ENVS:
+        base = _masked_game(env_id)
         return wrappers.LogEpisodeStats(wrappers.FlattenObservation(base)), base.default_params
     try:
         base, params = make_jax_env(env_id)
