@@ -214,6 +214,8 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     assert "greedy_return_mean" not in straight.summary  # eval_episodes=0: no evaluation
     assert_same_runner(straight.runner, resumed.runner)
     assert [row["update"] for row in resumed.metrics] == [5, 6]
+    # the folder's rows read as one run: those past the checkpoint at 4 were cut, then logged again
+    assert read_metrics(interrupted) == read_metrics(earlier)
     assert resumed.metrics[-1]["entropy"] == straight.metrics[-1]["entropy"]
     config_back, runner_back = ppo_run.load_checkpoint(interrupted)
     assert config_back == config

@@ -8,21 +8,19 @@ cuts it into chunks of ``checkpoint_every`` updates (each chunk one compiled ``p
 checkpoint can be written between chunks. Chunking does not change the result: the runner
 state carries everything, so 3 + 3 updates equal 6 (tests/test_ppo.py checks it).
 
-A run directory holds:
+A run directory (``labcore.runs.RunDir``) holds:
 
     config.json         every PPOConfig field
-    metrics.jsonl/.csv  one row every ``log_every`` updates (labcore.logging)
+    metrics.jsonl/.csv  one row every ``log_every`` updates, keyed by "update" (labcore.logging)
     metrics.png         return, entropy, invalid-action rate and losses against timesteps
-    checkpoints/        orbax checkpoints of the runner state; the last is the final one
+    checkpoints/        orbax checkpoints of the runner state, one per chunk, by update; the last is the final one
     summary.json        compile and run time, steps/s, final training return, greedy / sampled / random returns
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,12 +28,10 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from labcore import checkpoint, evaluation
+from labcore import checkpoint, evaluation, runs
 from labcore.agents.ppo import core as ppo
-from labcore.logging import MetricsLogger
 
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
-RUN_FILES = ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "checkpoints", "summary.json")
 
 
 class PPORunResult(NamedTuple):
@@ -59,11 +55,10 @@ def train(
 
     checkpoint_every: updates per chunk (default: the whole run in one chunk, checkpointed at
     the end). resume: continue from the newest checkpoint in run_dir/checkpoints, which must
-    have been written with the same config. A run_dir holding an earlier run is refused unless
-    resume or overwrite (which deletes that run's files, and only those) is set.
+    have been written with the same config; the metrics rows past it are dropped, and logged
+    again. A run_dir holding an earlier run is refused unless resume or overwrite (which deletes
+    that run's files, and only those) is set (``labcore.runs.RunDir``).
     """
-    from tqdm import tqdm
-
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1 update, got {checkpoint_every}")
     batch = config.num_envs * config.num_steps
@@ -71,39 +66,24 @@ def train(
 
     def on_metrics(metrics: dict[str, np.ndarray]) -> None:
         watch(metrics)
-        row = logger.log({"update": int(metrics["timesteps"]) // batch, **metrics})
+        row = run.log({"update": int(metrics["timesteps"]) // batch, **metrics})
         bar.update(row["timesteps"] - bar.n)
         if row["episode_return"] is not None:
             bar.set_postfix(ret=f"{row['episode_return']:.2f}", ent=f"{row['entropy']:.2f}", refresh=False)
 
     # First, so that a bad env id fails before anything is written or compiled.
     agent = ppo.make_ppo(config, callback=on_metrics, log_every=log_every)
-    run_path = None if run_dir is None else Path(run_dir)
-    checkpoints = None if run_path is None else run_path / "checkpoints"
-    if resume and (checkpoints is None or checkpoint.latest_step(checkpoints) is None):
-        raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
-    if run_path is not None and not resume:
-        previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()]
-        if previous and not overwrite:
-            raise FileExistsError(f"{run_path} holds an earlier run ({previous[0].name}); resume it, or overwrite it")
-        for path in previous:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    logger = MetricsLogger(run_path)
-    if run_path is not None:
-        (run_path / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
-    # mininterval: redraw at most every 2 s, so a notebook's stored output stays small
-    bar = tqdm(total=config.num_updates * batch, unit="step", unit_scale=True, disable=not progress,
-               desc=config.env_id, mininterval=2.0)
+    # Rows are keyed by update, the unit of the checkpoint steps, so a resume cuts them exactly.
+    run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite)
+    bar = runs.progress_bar(config.num_updates * batch, desc=config.env_id, unit="step", unit_scale=True,
+                            enabled=progress)
     key = jax.random.key(config.seed)
     runner = agent.init(key)
     if resume:
-        saved = ppo.PPOConfig(**checkpoint.restore_metadata(checkpoints)["config"])
-        if saved != config:
-            raise ValueError(f"resume: the checkpoint was written with a different config: {saved}")
-        runner, _ = checkpoint.restore(checkpoints, like=runner)
+        runner, _ = checkpoint.restore(run.checkpoints, like=runner, step=run.resume_step)
         bar.update(int(runner.update_step) * batch)
 
-    run = jax.jit(agent.run, static_argnums=1)
+    run_chunk = jax.jit(agent.run, static_argnums=1)
     first_update = int(runner.update_step)
     compile_s = run_s = 0.0
     compiled: dict[int, Any] = {}
@@ -111,29 +91,27 @@ def train(
         chunk = min(checkpoint_every or config.num_updates, config.num_updates - done)
         if chunk not in compiled:
             started = time.perf_counter()
-            compiled[chunk] = run.lower(runner, chunk).compile()
+            compiled[chunk] = run_chunk.lower(runner, chunk).compile()
             compile_s += time.perf_counter() - started
         started = time.perf_counter()
         runner, _ = jax.block_until_ready(compiled[chunk](runner))
         jax.effects_barrier()  # every metrics callback of the chunk has run
         run_s += time.perf_counter() - started
-        if checkpoints is not None:
-            save_checkpoint(checkpoints, config, runner)
+        if run.checkpoints is not None:
+            save_checkpoint(run.checkpoints, config, runner)
     bar.close()
 
     steps_run = (int(runner.update_step) - first_update) * batch
-    summary = summarize(agent, runner, logger.rows, compile_s, run_s, steps_run, eval_episodes)
-    if run_path is not None:
-        (run_path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if logger.rows:
-            plot_run(logger.rows, config).savefig(run_path / "metrics.png", dpi=100)
-    return PPORunResult(config, runner, logger.rows, summary)
+    summary = summarize(agent, runner, run.history(), compile_s, run_s, steps_run, eval_episodes)
+    run.finish(summary, lambda rows: plot_run(rows, config))
+    return PPORunResult(config, runner, run.rows, summary)
 
 
 def summarize(
     agent: ppo.PPO, runner: ppo.RunnerState, rows: list[dict], compile_s: float, run_s: float, steps_run: int, eval_episodes: int
 ) -> dict[str, Any]:
-    """The numbers of a finished run (steps_run, run_s: this call's share, for a resumed run)."""
+    """The numbers of a finished run. rows: all of the run's rows (a resumed run's earlier ones
+    included); steps_run, run_s: this call's share, for a resumed run."""
     config = agent.config
     recent = [row["episode_return"] for row in rows[-max(1, len(rows) // 10) :] if row["episode_return"] is not None]
     summary = {
@@ -187,9 +165,7 @@ def save_checkpoint(directory: str | os.PathLike, config: ppo.PPOConfig, runner:
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[ppo.PPOConfig, ppo.RunnerState]:
     """(config, runner) from a run directory or its checkpoints/ folder (default: newest step)."""
-    directory = Path(path)
-    if (directory / "checkpoints").is_dir():
-        directory = directory / "checkpoints"
+    directory = runs.checkpoint_dir(path)
     metadata = checkpoint.restore_metadata(directory, step)
     config = ppo.PPOConfig(**metadata["config"])
     like = ppo.make_ppo(config).init(jax.random.key(0))
