@@ -58,11 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     train_dqn.add_argument("--checkpoint-every", type=_positive_int, default=None, help="agent steps between checkpoints")
     train_dqn.add_argument("--no-save-replay", action="store_true", help="leave the replay buffer out of checkpoints")
     train_dqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    train_dqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     train_dqn.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
 
     train_ppo = train.add_parser("ppo", help="action-masked PPO on Vault-v0 or a gymnax env (all on device)")
     train_ppo.add_argument("--preset", choices=("default", "cartpole"), default="default",
-                           help="starting configuration: the seed's Vault settings, or PureJaxRL's CartPole")
+                           help="starting configuration: the default PPOConfig (masked Vault), or PureJaxRL's CartPole")
     _add_config_flags(train_ppo, "PPOConfig")
     _add_auto_tune_flag(train_ppo, "num_envs / num_steps / hidden_size")
     train_ppo.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
@@ -87,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(train_gfn, "GFlowNetConfig")
     _add_auto_tune_flag(train_gfn, "batch_size / hidden_size")
     train_gfn.add_argument("--log-every", type=_positive_int, default=100, help="iterations between L1 measurements")
-    train_gfn.add_argument("--run-dir", default=None, help="folder for metrics.jsonl/csv and summary.json")
+    train_gfn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, summary")
+    train_gfn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
 
     train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
     _add_config_flags(train_iqn, "IQNRunConfig")
@@ -208,14 +210,10 @@ def _train_dqn(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         save_replay=not args.no_save_replay,
         resume=args.resume,
+        overwrite=args.overwrite,
+        eval_episodes=0 if args.no_eval else config.eval_episodes,
     )
-    summary = {"steps": result.steps, "wall_time_s": round(result.wall_time, 1),
-               "steps_per_second": round(result.steps / max(result.wall_time, 1e-9), 1),
-               "episodes": len(result.episode_returns)}
-    if not args.no_eval:
-        scores = dqn_loop.evaluate(config, result.train_state.params)
-        summary.update(eval_mean=float(sum(scores) / len(scores)), eval_episodes=len(scores))
-    print(json.dumps(summary))
+    print(json.dumps(result.summary))
     return 0
 
 
@@ -230,7 +228,7 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
     chunk_iterations = max(1, args.log_every // config.train_frequency)
     checkpoint_every = None if args.checkpoint_every is None else max(1, args.checkpoint_every // args.log_every)
     result = dqn_distributed.train(config, run_dir=args.run_dir, chunk_iterations=chunk_iterations,
-                                   checkpoint_every=checkpoint_every, resume=args.resume)
+                                   checkpoint_every=checkpoint_every, resume=args.resume, overwrite=args.overwrite)
     last = result.metrics[-1]
     print(json.dumps({"process": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count(),
                       "updates": last["updates"], "steps": last["step"], "wall_time_s": round(result.wall_time, 1),
@@ -239,34 +237,18 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
 
 
 def _train_gflownet(args: argparse.Namespace) -> int:
-    import time
-
     from labcore.agents.gflownet import trainers as gflownet_train
-    from labcore.logging import MetricsLogger
 
     config = _auto_tuned(args, _config_from(args, "GFlowNetConfig"))
     print(config)
-    started = time.perf_counter()
-    result = gflownet_train.train(config, log_every=args.log_every)
-    wall = time.perf_counter() - started
-    logger = MetricsLogger(args.run_dir)
-    for iteration, l1 in result["l1"]:
-        logger.log({"iteration": iteration, "loss": result["losses"][iteration - 1], "l1": l1})
-    summary = {"trainer": config.trainer, "loss": config.loss, "ndim": config.ndim, "height": config.height,
-               "iterations": config.iterations, "wall_time_s": round(wall, 1),
-               "iterations_per_second": round(config.iterations / wall, 1), "final_l1": result["l1"][-1][1],
-               "seconds": {k: round(v, 2) for k, v in result["seconds"].items()}}
-    if args.run_dir:
-        import pathlib
-
-        (pathlib.Path(args.run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
+    result = gflownet_train.run(config, run_dir=args.run_dir, log_every=args.log_every, overwrite=args.overwrite)
+    print(json.dumps(result["summary"]))
     return 0
 
 
 def _cpu_scheduler_flag() -> None:
     """Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
-    with its concurrency-optimised scheduler (shared platform notes); ``train iqn`` vmaps whole
+    with its concurrency-optimised scheduler; ``train iqn`` vmaps whole
     epochs over worlds and agents, so it turns that scheduler off, as the tests and benchmarks do.
     Called by ``main`` before the parser is built (building it imports the configs, hence jax)."""
     import os

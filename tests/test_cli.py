@@ -51,6 +51,11 @@ def test_train_then_eval_a_checkpoint(tmp_path, capsys):
     flags = ["--total-steps", "600", "--learning-starts", "200", "--buffer-size", "500", "--batch-size", "32"]
     assert cli.main(["train", "dqn", *flags, "--run-dir", run, "--no-eval"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["steps"] == 600
+    for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
+        assert (tmp_path / "run" / name).is_file(), name
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 600
+    assert cli.main(["train", "dqn", *flags, "--run-dir", run, "--no-eval"]) == 2
+    assert "holds an earlier run" in capsys.readouterr().err
     assert cli.main(["eval", "dqn", "--checkpoint", run, "--episodes", "3"]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert report["env"] == "CartPole-v1" and report["episodes"] == 3 and len(report["scores"]) == 3
@@ -122,6 +127,12 @@ def test_train_gflownet_both_trainers_and_bad_flags(tmp_path, capsys):
         summary = json.loads(capsys.readouterr().out.splitlines()[-1])
         assert summary["trainer"] == trainer and summary["iterations"] == 30 and 0.0 <= summary["final_l1"] <= 2.0
         assert len((run / "metrics.jsonl").read_text().splitlines()) == 3 and (run / "summary.json").is_file()
+        assert json.loads((run / "config.json").read_text())["trainer"] == trainer and (run / "metrics.png").is_file()
+    assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch")]) == 2
+    assert "holds an earlier run" in capsys.readouterr().err
+    assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch"), "--overwrite"]) == 0
+    capsys.readouterr()
+    assert len((tmp_path / "torch" / "metrics.jsonl").read_text().splitlines()) == 3  # replaced, not appended
     assert cli.main(["train", "gflownet", "--loss", "kl"]) == 2
     assert "GFlowNetConfig.loss must be one of" in capsys.readouterr().err
 

@@ -47,6 +47,13 @@ def test_same_seed_same_result_and_exact_resume(tmp_path):
     for a, b in zip(leaves(straight.train_state), leaves(resumed.train_state)):
         np.testing.assert_array_equal(a, b)
     assert resumed.episode_returns == straight.episode_returns
+    # one folder, one run: the row the interrupted run logged at 1,503 (its checkpoint), then the rest
+    from labcore.logging import read_metrics
+
+    untimed = lambda rows: [{k: v for k, v in row.items() if k not in ("time", "steps_per_second")} for row in rows]  # noqa: E731
+    assert [row["step"] for row in read_metrics(tmp_path / "resumed")] == [1_000, 1_503, 2_000, 3_000]
+    resumed_rows = untimed(read_metrics(tmp_path / "resumed"))
+    assert resumed_rows[:1] + resumed_rows[2:] == untimed(read_metrics(tmp_path / "straight"))
     # A different seed gives different parameters (the comparison above can fail).
     other = dqn_loop.train(dataclasses.replace(SMALL, seed=1), progress=False)
     assert any(not np.array_equal(a, b) for a, b in zip(leaves(straight.train_state), leaves(other.train_state)))

@@ -1,4 +1,4 @@
-"""Actors and a learner in separate processes (the seed's Option A, Ape-X / Gorila style DQN).
+"""Actors and a learner in separate processes: the actor-learner DQN, in the style of Ape-X and Gorila.
 
     result = run(DQNConfig(env_id="CartPole-v1", total_steps=60_000), num_actors=2, broadcast_every=10)
 

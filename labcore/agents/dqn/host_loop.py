@@ -18,9 +18,11 @@ a chunk, this is the same algorithm as storing every step at once. PRNG keys are
     result = train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), run_dir="runs/cartpole")
     returns = evaluate(result.config, result.train_state.params, episodes=20)
 
-A run directory holds ``metrics.jsonl`` / ``metrics.csv`` and ``checkpoints/``; ``train``
-with ``resume=True`` continues from the newest checkpoint there, and, when the replay buffer
-and the environments were saved with it, continues exactly as if never stopped.
+A run directory (``labcore.runs.RunDir``) holds ``config.json``, ``metrics.jsonl`` / ``metrics.csv``
+(rows keyed by "step", agent steps), ``checkpoints/`` (by agent step), ``summary.json`` and
+``metrics.png``; ``train`` with ``resume=True`` continues from the newest checkpoint there, drops
+the rows logged after it (they are logged again), and, when the replay buffer and the
+environments were saved with it, continues exactly as if never stopped.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import time
 import warnings
 from collections import deque
 from functools import partial
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -41,13 +42,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, envs, replay
+from labcore import checkpoint, envs, replay, runs
 from labcore.agents.dqn import frame_replay
 from labcore.agents.dqn import core as dqn
-from labcore.logging import MetricsLogger
 from labcore.nets.q_networks import make_q_network
 
-CHECKPOINT_DIR = "checkpoints"
+PLOTTED = ("episode_return", "loss", "epsilon")
 
 
 class TrainResult(NamedTuple):
@@ -59,6 +59,7 @@ class TrainResult(NamedTuple):
     episode_returns: list[float]  # every finished training episode's game score, in order
     steps: int  # agent steps taken
     wall_time: float  # seconds spent in this call
+    summary: dict[str, Any]  # what summary.json holds
 
 
 def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -202,6 +203,8 @@ def train(
     resume: bool = False,
     stop_at: int | None = None,
     progress: bool = True,
+    overwrite: bool = False,
+    eval_episodes: int = 0,
 ) -> TrainResult:
     """Train a DQN agent on ``config.env_id`` for ``config.total_steps`` agent steps.
 
@@ -210,9 +213,12 @@ def train(
     checkpoint_every: agent steps between checkpoints (None: only at the end, if run_dir).
     save_replay: include the replay buffer and the pickled envs in checkpoints, which makes a
       resumed run continue exactly; without them a resume refills the buffer from scratch.
-    resume: continue from the newest checkpoint in ``run_dir/checkpoints``.
+    resume: continue from the newest checkpoint in ``run_dir/checkpoints`` (one must exist, written
+      with the same config); the metrics rows logged after it are dropped and logged again.
     stop_at: stop after this many agent steps (and checkpoint), as if interrupted; the
       schedules still follow ``total_steps``.
+    overwrite: replace an earlier run in ``run_dir`` (without it, or resume, one is refused).
+    eval_episodes: episodes of ``evaluate`` at the end, into the summary (0: none).
     """
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
@@ -221,6 +227,7 @@ def train(
     if (checkpoint_every is not None or resume) and run_dir is None:
         raise ValueError("checkpoints need a run_dir")
     obs_shape, obs_dtype, num_actions = env_spec(config)  # fails early on a bad env
+    run = runs.RunDir.open(run_dir, config, step_key="step", resume=resume, overwrite=overwrite)
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
 
     network = make_network(config, num_actions)
@@ -232,13 +239,13 @@ def train(
     replay_state = init_replay(config, obs_shape, obs_dtype)
     vector_env = envs.make_vector_env(config.env_id, config.num_envs, seed=config.seed, **_atari_kwargs(config))
     obs, _ = vector_env.reset(seed=[config.seed + i for i in range(config.num_envs)])
-    step, episode_returns = 0, []
+    step, episode_returns, metrics, elapsed_before = 0, [], None, 0.0
 
-    checkpoint_dir = None if run_dir is None else Path(run_dir) / CHECKPOINT_DIR
-    if resume and checkpoint.latest_step(checkpoint_dir) is not None:
-        loop = _restore(checkpoint_dir, config, train_state, replay_state, obs)
+    if resume:
+        loop = _restore(run.checkpoints, run.resume_step, train_state, replay_state, obs)
         train_state, replay_state, key = loop["train_state"], loop["replay"], loop["key"]
         step, episode_returns, obs = loop["step"], loop["episode_returns"], loop["obs"]
+        metrics, elapsed_before = loop["metrics"], loop["elapsed_s"]
         if loop["envs"] is not None:
             vector_env.close()
             vector_env = _vector_env_from(loop["envs"])
@@ -255,11 +262,10 @@ def train(
     chunk, chunk_ends = _empty_chunk(chunk_rows, config.num_envs, obs_shape, obs_dtype)
     chunk_row, chunk_start = 0, step
 
-    logger = MetricsLogger(run_dir)
     recent = deque(episode_returns[-20:], maxlen=20)
-    metrics = None
     started, last_log_time, last_log_step = time.perf_counter(), time.perf_counter(), step
-    bar = _progress_bar(progress, step, end_step, config.env_id)
+    first_step = step
+    bar = runs.progress_bar(end_step, desc=f"DQN {config.env_id}", unit="step", initial=step, enabled=progress)
     life_loss_terminal = config.life_loss_terminal and envs.atari.is_atari_id(config.env_id)
 
     while step < end_step:
@@ -300,30 +306,43 @@ def train(
                 "episode_return": float(np.mean(recent)) if recent else None,
                 "epsilon": float(dqn.linear_epsilon(step, config)),
                 "steps_per_second": (step - last_log_step) / max(now - last_log_time, 1e-9),
-                "time": now - started,
+                "time": elapsed_before + now - started,  # a resumed run's clock goes on from its checkpoint
             }
             if metrics is not None:
                 row.update({name: float(value) for name, value in metrics.items()})
-            logger.log(row)
+            run.log(row)
             bar.set_postfix(ret=row["episode_return"], eps=round(row["epsilon"], 3), sps=int(row["steps_per_second"]))
             last_log_time, last_log_step = now, step
-        if checkpoint_dir is not None and (
+        if run.checkpoints is not None and (
             step >= end_step or (checkpoint_every is not None and step // checkpoint_every > (step - steps_per_chunk) // checkpoint_every)
         ):
-            _save(checkpoint_dir, config, step, train_state, replay_state, key, obs, vector_env, episode_returns, save_replay)
+            loop = {"step": step, "episode_returns": episode_returns, "metrics": metrics,
+                    "elapsed_s": elapsed_before + time.perf_counter() - started}
+            _save(run.checkpoints, config, loop, train_state, replay_state, key, obs, vector_env, save_replay)
 
     bar.close()
     vector_env.close()
-    return TrainResult(config, train_state, logger.rows, episode_returns, step, time.perf_counter() - started)
+    wall_time = time.perf_counter() - started
+    summary = {"steps": step, "wall_time_s": round(wall_time, 1),
+               "steps_per_second": round((step - first_step) / max(wall_time, 1e-9), 1), "episodes": len(episode_returns),
+               "final_episode_return": float(np.mean(recent)) if recent else None}
+    if eval_episodes:
+        scores = evaluate(config, train_state.params, episodes=eval_episodes)
+        summary.update(eval_mean=float(np.mean(scores)), eval_episodes=len(scores))
+    run.finish(summary, lambda rows: _plot(rows, config))
+    return TrainResult(config, train_state, run.rows, episode_returns, step, wall_time, summary)
 
 
-def _progress_bar(enabled: bool, initial: int, total: int, name: str):
-    from tqdm.auto import tqdm
+def _plot(rows: list[dict[str, Any]], config: dqn.DQNConfig):
+    from labcore.logging import plot_metrics
 
-    return tqdm(total=total, initial=initial, disable=not enabled, desc=f"DQN {name}", unit="step", mininterval=1.0)
+    return plot_metrics(rows, PLOTTED, x_key="step", title=f"DQN on {config.env_id}")
 
 
-def _save(directory, config, step, train_state, replay_state, key, obs, vector_env, episode_returns, save_replay):
+def _save(directory, config, loop, train_state, replay_state, key, obs, vector_env, save_replay):
+    """Checkpoint ``loop["step"]``: the learner, the key, the observations, and (save_replay) the
+    replay buffer and the pickled envs; the loop's counters and last update metrics as metadata."""
+    step = loop["step"]
     state = {"train_state": train_state, "key": jax.random.key_data(key), "obs": obs}
     env_bytes = None
     if save_replay:
@@ -334,10 +353,13 @@ def _save(directory, config, step, train_state, replay_state, key, obs, vector_e
             warnings.warn(f"environment state not saved ({error}); a resume starts new episodes", stacklevel=3)
     if env_bytes is not None:
         state["envs"] = np.frombuffer(env_bytes, np.uint8)
+    metrics = loop["metrics"]
     metadata = {
         "step": step,
         "config": dataclasses.asdict(config),
-        "episode_returns": episode_returns,
+        "episode_returns": loop["episode_returns"],
+        "last_metrics": None if metrics is None else {name: float(value) for name, value in metrics.items()},
+        "elapsed_s": loop["elapsed_s"],
         "has_replay": save_replay,
         "has_envs": env_bytes is not None,
         "envs_bytes": 0 if env_bytes is None else len(env_bytes),
@@ -345,18 +367,15 @@ def _save(directory, config, step, train_state, replay_state, key, obs, vector_e
     checkpoint.save(directory, step, state, metadata)
 
 
-def _restore(directory, config, train_state, replay_state, obs) -> dict[str, Any]:
-    metadata = checkpoint.restore_metadata(directory)
-    saved = _config_from_metadata(metadata)
-    if saved != config:
-        different = [f.name for f in dataclasses.fields(config) if getattr(saved, f.name) != getattr(config, f.name)]
-        raise ValueError(f"the checkpoint in {directory} was written with a different config: {different}")
+def _restore(directory, step, train_state, replay_state, obs) -> dict[str, Any]:
+    """The loop's state at checkpoint ``step`` (RunDir.open has checked its config)."""
+    metadata = checkpoint.restore_metadata(directory, step)
     like = {"train_state": train_state, "key": jax.random.key_data(jax.random.key(0)), "obs": obs}
     if metadata["has_replay"]:
         like["replay"] = replay_state
     if metadata["has_envs"]:
         like["envs"] = np.zeros(metadata["envs_bytes"], np.uint8)
-    state, _ = checkpoint.restore(directory, like)
+    state, _ = checkpoint.restore(directory, like, step)
     return {
         "train_state": jax.tree_util.tree_map(jnp.asarray, state["train_state"]),
         "replay": jax.tree_util.tree_map(jnp.asarray, state["replay"]) if metadata["has_replay"] else replay_state,
@@ -364,6 +383,8 @@ def _restore(directory, config, train_state, replay_state, obs) -> dict[str, Any
         "obs": np.asarray(state["obs"]),
         "step": int(metadata["step"]),
         "episode_returns": list(metadata["episode_returns"]),
+        "metrics": metadata.get("last_metrics"),
+        "elapsed_s": float(metadata.get("elapsed_s", 0.0)),
         "envs": pickle.loads(np.asarray(state["envs"]).tobytes()) if metadata["has_envs"] else None,
     }
 
@@ -382,9 +403,7 @@ def _vector_env_from(env_list: list[gym.Env]) -> gym.vector.SyncVectorEnv:
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, dqn.TrainState]:
     """(config, train state) from a run directory or its ``checkpoints`` folder, for evaluation."""
-    directory = Path(path)
-    if (directory / CHECKPOINT_DIR).is_dir():
-        directory = directory / CHECKPOINT_DIR
+    directory = runs.checkpoint_dir(path)
     metadata = checkpoint.restore_metadata(directory, step)
     config = _config_from_metadata(metadata)
     obs_shape, obs_dtype, num_actions = env_spec(config)

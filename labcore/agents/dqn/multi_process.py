@@ -1,11 +1,13 @@
-"""Synchronous data-parallel DQN across processes (the seed's Option B).
+"""Synchronous data-parallel DQN across processes.
 
 Every device of every process runs the jitted DQN of ``labcore.agents.dqn.scan``: its own
 gymnax envs, its own replay buffer, its own exploration key. Each update averages the gradients
 over every device of the cluster (``lax.pmean`` inside ``jax.shard_map`` over the global mesh,
 crossing processes through gloo on the CPU), so the parameters stay bit-for-bit identical
 everywhere; this is checked with a fingerprint across processes every ``check_every`` chunks.
-Only process 0 writes metrics and checkpoints.
+Only process 0 writes the run folder (``labcore.runs.RunDir``: config, metrics keyed by
+"updates", the unit of the checkpoint steps, summary, plot); the checkpoints are written by every
+process together (orbax), numbered by update.
 
     # in each worker (``python -m labcore launch ... -- train dqn --env CartPole-v1`` does this)
     distributed.initialize()
@@ -23,8 +25,8 @@ on every device. The same command with the same cluster shape gives the same run
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -33,10 +35,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from labcore import checkpoint, distributed
+from labcore import checkpoint, distributed, runs
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
-from labcore.logging import MetricsLogger
 
 AXIS = distributed.AXIS
 
@@ -47,6 +48,7 @@ class DistributedResult(NamedTuple):
     metrics: list[dict[str, Any]]  # one row per chunk (every process computes the same rows)
     fingerprints: list[str]  # the parameters' fingerprint at every check
     wall_time: float
+    summary: dict[str, Any]  # what process 0 writes to summary.json
 
 
 def _device_keys(seed: int, num_devices: int) -> np.ndarray:
@@ -64,33 +66,37 @@ def _replicas(tree: Any) -> list[Any]:
 
 def train(
     config: dqn.DQNConfig,
-    run_dir: str | Path | None = None,
+    run_dir: str | os.PathLike | None = None,
     chunk_iterations: int = 100,
     check_every: int = 1,
     checkpoint_every: int | None = None,
     resume: bool = False,
     log: Any = print,
+    overwrite: bool = False,
 ) -> DistributedResult:
     """Train on every device of the (already initialised) cluster; see the module docstring.
 
     chunk_iterations: iterations (one update each) per compiled call; metrics are reported and
     the replicas compared between chunks. check_every: compare parameters across processes every
-    this many chunks. checkpoint_every: also checkpoint every this many chunks (always at the end).
+    this many chunks (counted from the start of the run, a resumed run's earlier chunks included;
+    always at the end).
     resume: continue from the newest checkpoint in run_dir: the learner state (parameters,
     target, optimiser, update count and step) is restored exactly; the replay buffers, which stay
     on their devices and are not checkpointed, are refilled with ``learning_starts`` fresh steps
     before updates resume, so a resumed run is a close continuation, not a bit-for-bit replay.
+    The metrics rows logged after the checkpoint are dropped; the refill's row is returned and
+    printed but not written, so metrics.jsonl holds each chunk once, as an uninterrupted run's.
+    overwrite: replace an earlier run in run_dir (without it, or resume, one is refused).
     """
     if chunk_iterations < 1 or check_every < 1 or (checkpoint_every is not None and checkpoint_every < 1):
         raise ValueError(f"chunk_iterations, check_every and checkpoint_every must be >= 1, got "
                          f"{chunk_iterations}, {check_every}, {checkpoint_every}")
-    checkpoints = None if run_dir is None else Path(run_dir) / "checkpoints"
-    if resume and (checkpoints is None or checkpoint.latest_step(checkpoints) is None):
-        raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
     parts = dqn_scan.make_parts(config, axis_name=AXIS)
+    rank = jax.process_index()
+    run = runs.RunDir.open(run_dir, config, step_key="updates", resume=resume, overwrite=overwrite, primary=rank == 0)
+    checkpoints = run.checkpoints
     mesh = distributed.global_mesh()
     num_devices = jax.device_count()
-    rank = jax.process_index()
     spread = NamedSharding(mesh, P(AXIS))
 
     def per_device(fn):
@@ -123,20 +129,19 @@ def train(
         mapped = jax.shard_map(body, mesh=mesh, in_specs=P(AXIS), out_specs=(P(AXIS), P()), check_vma=False)
         return jax.jit(mapped, donate_argnums=0)
 
-    logger = MetricsLogger(run_dir if rank == 0 else None)
     keys = distributed.global_array(_device_keys(config.seed, num_devices), mesh, P(AXIS))
     carry = init_all(keys)
-    done_updates, resumed_step = 0, None
-    if resume:
-        metadata = checkpoint.restore_metadata(checkpoints)
-        if dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()}) != config:
-            raise ValueError("resume: the checkpoint was written with a different config")
-        learner, _ = checkpoint.restore(checkpoints, like={"train_state": _replicas(carry.train_state)[0], "step": np.int32(0)})
+    done_updates, resumed_step, seconds_before = 0, None, 0.0
+    if resume:  # RunDir.open has checked the checkpoint's config
+        metadata = checkpoint.restore_metadata(checkpoints, run.resume_step)
+        like = {"train_state": _replicas(carry.train_state)[0], "step": np.int32(0)}
+        learner, _ = checkpoint.restore(checkpoints, like=like, step=run.resume_step)
         stacked = jax.tree_util.tree_map(
             lambda leaf: distributed.global_array(np.broadcast_to(np.asarray(leaf)[None], (num_devices, *np.shape(leaf))), mesh, P(AXIS)),
             learner["train_state"],
         )
         done_updates, resumed_step = int(metadata["updates"]), int(learner["step"])
+        seconds_before = float(metadata.get("seconds", 0.0))
         # the refill explores at the epsilon where the run stopped
         carry = carry._replace(train_state=stacked, step=distributed.global_array(np.full(num_devices, resumed_step, np.int32), mesh, P(AXIS)))
     started = time.perf_counter()
@@ -149,6 +154,7 @@ def train(
         remaining -= schedule[-1][0]
     chunks: dict[tuple[int, bool], Any] = {}
     updates = done_updates
+    chunks_before = -(-done_updates // chunk_iterations)  # learning chunks a resumed run has done
     for index, (num_iterations, learn) in enumerate(schedule):
         if (num_iterations, learn) not in chunks:
             chunks[num_iterations, learn] = make_chunk(num_iterations, learn)
@@ -165,7 +171,7 @@ def train(
             "episode_return": float(metrics["episode_return_sum"].sum() / episodes) if episodes else None,
             "loss": float(metrics["loss"][-1]) if learn else None,
             "epsilon": float(metrics["epsilon"][-1]),
-            "seconds": time.perf_counter() - started,
+            "seconds": seconds_before + time.perf_counter() - started,  # a resumed run's clock goes on
         }
         if learn and index % check_every == 0:
             replicas = _replicas(carry.train_state.params)
@@ -174,20 +180,35 @@ def train(
                 raise AssertionError(f"process {rank}: its {len(replicas)} devices hold different parameters")
             row["fingerprint"] = distributed.assert_same_on_every_process(replicas[0])
             fingerprints.append(row["fingerprint"])
-        rows.append(logger.log(row) if rank == 0 else row)
+        refill = not learn and resumed_step is not None
+        rows.append(row if refill else run.log(row))
         if log is not None and rank == 0:
             log(f"updates {row['updates']:>6}  steps {row['step']:>8}  return {row['episode_return'] or float('nan'):7.1f}  "
                 f"loss {row['loss'] if row['loss'] is not None else float('nan'):.4f}  {row.get('fingerprint', '')}")
         last = index == len(schedule) - 1
-        if checkpoints is not None and learn and (last or (checkpoint_every and index % checkpoint_every == 0)):
-            _save(checkpoints, config, carry, updates, num_devices)
+        if checkpoints is not None and learn and (last or (checkpoint_every and (chunks_before + index) % checkpoint_every == 0)):
+            _save(checkpoints, config, carry, updates, num_devices, row["seconds"])
     params = _replicas(carry.train_state.params)[0]
-    return DistributedResult(config, params, rows, fingerprints, time.perf_counter() - started)
+    wall_time = time.perf_counter() - started
+    last_row = rows[-1]
+    summary = {"devices": num_devices, "processes": jax.process_count(), "updates": last_row["updates"],
+               "steps": last_row["step"], "wall_time_s": round(wall_time, 1),
+               "final_episode_return": last_row["episode_return"],
+               "params_fingerprint": fingerprints[-1] if fingerprints else None}
+    run.finish(summary, _plot)
+    return DistributedResult(config, params, rows, fingerprints, wall_time, summary)
 
 
-def _save(directory: Path, config: dqn.DQNConfig, carry: Any, updates: int, num_devices: int) -> None:
+def _plot(rows: list[dict[str, Any]]):
+    from labcore.logging import plot_metrics
+
+    return plot_metrics(rows, ("episode_return", "loss", "epsilon"), x_key="updates",
+                        title=f"Data-parallel DQN, {jax.device_count()} devices in {jax.process_count()} processes")
+
+
+def _save(directory, config: dqn.DQNConfig, carry: Any, updates: int, num_devices: int, seconds: float) -> None:
     """Every process calls this (orbax coordinates them; the primary process writes the files)."""
     learner = {"train_state": _replicas(carry.train_state)[0], "step": np.int32(_replicas(carry.step)[0])}
     metadata = {"config": dataclasses.asdict(config), "updates": updates, "devices": num_devices,
-                "processes": jax.process_count()}
+                "processes": jax.process_count(), "seconds": seconds}
     checkpoint.save(directory, updates, learner, metadata)
