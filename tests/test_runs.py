@@ -1,0 +1,347 @@
+"""labcore.runs.RunDir, and every driver that resumes, killed for real and resumed from the command line.
+
+The kill tests start a run in a subprocess, wait (polling the files, no fixed sleeps) until a
+checkpoint exists and at least one metrics row was logged after it, SIGKILL every process of the
+run, resume it with --resume and check that metrics.jsonl and metrics.csv hold each update or step
+exactly once, in order, ending at the last one: one uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from labcore import runs
+from labcore.logging import MetricsLogger, read_metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    sizes: tuple[int, ...] = (8, 8)
+
+
+def fake_checkpoint(run_path: Path, step: int, config) -> None:
+    from labcore import checkpoint
+
+    checkpoint.save(run_path / "checkpoints", step, {"x": [1.0, 2.0]}, {"config": runs.config_dict(config)})
+
+
+def write_rows(run_path: Path, steps, key="update") -> None:
+    logger = MetricsLogger(run_path)
+    for step in steps:
+        logger.log({key: step, "loss": step / 10})
+
+
+def csv_column(run_path: Path, key: str) -> list[float]:
+    with open(run_path / "metrics.csv", newline="") as f:
+        return [float(row[key]) for row in csv.DictReader(f)]
+
+
+# ----------------------------------------------------------------------------------------------
+# RunDir
+
+
+def test_open_writes_the_config_and_refuses_an_earlier_run(tmp_path):
+    run = runs.RunDir.open(tmp_path / "run", Config(), step_key="update")
+    assert json.loads((tmp_path / "run" / "config.json").read_text()) == {"seed": 0, "sizes": [8, 8]}
+    assert run.checkpoints == tmp_path / "run" / "checkpoints" and run.resume_step is None
+    run.log({"update": 1, "loss": 0.5})
+    run.finish({"final": 1.0})
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == {"final": 1.0}
+    assert read_metrics(tmp_path / "run") == [{"update": 1, "loss": 0.5}] == run.rows == run.history()
+    with pytest.raises(FileExistsError, match="holds an earlier run"):
+        runs.RunDir.open(tmp_path / "run", Config(), step_key="update")
+    for name in ("metrics.jsonl", "summary.json", "metrics.csv"):  # any one run file is enough to refuse
+        lone = tmp_path / f"lone-{name}"
+        lone.mkdir()
+        (lone / name).write_text("")
+        with pytest.raises(FileExistsError, match=name.replace(".", r"\.")):
+            runs.RunDir.open(lone, Config(), step_key="update")
+    with pytest.raises(ValueError, match="exclude each other"):
+        runs.RunDir.open(tmp_path / "run", Config(), step_key="update", resume=True, overwrite=True)
+
+
+def test_overwrite_deletes_the_run_files_and_only_those(tmp_path):
+    run_path = tmp_path / "run"
+    fake_checkpoint(run_path, 3, Config())
+    write_rows(run_path, [1, 2, 3])
+    for name in ("config.json", "summary.json", "metrics.png"):
+        (run_path / name).write_text("old")
+    (run_path / "notes.txt").write_text("mine")
+    (run_path / "data").mkdir()
+    run = runs.RunDir.open(run_path, Config(seed=1), step_key="update", overwrite=True)
+    assert sorted(p.name for p in run_path.iterdir()) == ["config.json", "data", "notes.txt"]
+    assert json.loads((run_path / "config.json").read_text())["seed"] == 1
+    assert (run_path / "notes.txt").read_text() == "mine"
+    run.log({"update": 1})
+    assert read_metrics(run_path) == [{"update": 1}]  # a new run, not appended to the old one
+
+
+def test_resume_needs_a_checkpoint_written_with_the_same_config(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        runs.RunDir.open(tmp_path / "empty", Config(), step_key="update", resume=True)
+    with pytest.raises(FileNotFoundError, match="no run folder"):
+        runs.RunDir.open(None, Config(), step_key="update", resume=True)
+    run_path = tmp_path / "run"
+    write_rows(run_path, [1, 2, 3])
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):  # rows, but no checkpoint
+        runs.RunDir.open(run_path, Config(), step_key="update", resume=True)
+    fake_checkpoint(run_path, 2, Config())
+    with pytest.raises(ValueError, match=r"different config: \['seed', 'sizes'\]"):
+        runs.RunDir.open(run_path, Config(seed=1, sizes=(4,)), step_key="update", resume=True)
+    assert [row["update"] for row in read_metrics(run_path)] == [1, 2, 3]  # refused before touching anything
+    run = runs.RunDir.open(run_path, Config(), step_key="update", resume=True)
+    assert run.resume_step == 2
+    assert [row["update"] for row in read_metrics(run_path)] == [1, 2]
+    run.log({"update": 3, "loss": 0.3})
+    assert [row["update"] for row in run.history()] == [1, 2, 3] and run.rows == [{"update": 3, "loss": 0.3}]
+    assert csv_column(run_path, "update") == [1, 2, 3]
+
+
+def test_cut_metrics_drops_rows_past_the_step_in_jsonl_and_csv(tmp_path):
+    write_rows(tmp_path, [1, 2, 3, 4, 5])
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"note": "no step"}\n')
+    assert runs.cut_metrics(tmp_path, "update", 3) == 2
+    assert [row.get("update") for row in read_metrics(tmp_path)] == [1, 2, 3, None]  # a row without the key stays
+    assert csv_column(tmp_path, "update") == [1, 2, 3]
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[0] == "update,loss"
+    assert runs.cut_metrics(tmp_path, "update", 0) == 3
+    assert [row.get("update") for row in read_metrics(tmp_path)] == [None]
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == ["update,loss"]  # the header stays
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("cut_at", [3, 6, 9, 12, 15])
+def test_cut_metrics_tolerates_a_last_line_cut_short_by_a_kill(tmp_path, cut_at):
+    write_rows(tmp_path, [1, 2, 3])
+    for name, line in (("metrics.jsonl", '{"update": 4, "loss": 0.4}'), ("metrics.csv", "4,0.4")):
+        with open(tmp_path / name, "a") as f:
+            f.write(line[: min(cut_at, len(line))])  # no newline: killed mid-write
+    runs.cut_metrics(tmp_path, "update", 3)
+    assert [row["update"] for row in read_metrics(tmp_path)] == [1, 2, 3]
+    assert csv_column(tmp_path, "update") == [1, 2, 3]
+    # and the files go on as before: the next row starts a line of its own
+    logger = MetricsLogger(tmp_path)
+    logger.log({"update": 4, "loss": 0.4})
+    assert [row["update"] for row in read_metrics(tmp_path)] == [1, 2, 3, 4]
+    assert csv_column(tmp_path, "update") == [1, 2, 3, 4]
+
+
+def test_cut_metrics_on_a_header_cut_short_leaves_an_empty_csv(tmp_path):
+    (tmp_path / "metrics.csv").write_text("upd")
+    runs.cut_metrics(tmp_path, "update", 3)
+    assert (tmp_path / "metrics.csv").read_text() == ""
+    MetricsLogger(tmp_path).log({"update": 4})
+    assert csv_column(tmp_path, "update") == [4]
+
+
+def test_an_in_memory_run_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = runs.RunDir.open(None, Config(), step_key="update")
+    assert run.path is None and run.checkpoints is None and run.resume_step is None
+    run.log({"update": 1, "loss": float("nan")})
+    plotted = []
+    run.finish({"final": 1}, lambda rows: plotted.append(rows))
+    assert run.rows == run.history() == [{"update": 1, "loss": None}]
+    assert plotted == [] and list(tmp_path.iterdir()) == []  # nothing to write the plot to: not even drawn
+
+
+def test_finish_plots_the_whole_history_of_a_resumed_run(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from labcore.logging import plot_metrics
+
+    write_rows(tmp_path, [1, 2, 3])
+    fake_checkpoint(tmp_path, 2, Config())
+    run = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True)
+    run.log({"update": 3, "loss": 0.3})
+    seen = []
+    run.finish(None, lambda rows: seen.append(rows) or plot_metrics(rows, ["loss"], x_key="update"))
+    assert [row["update"] for row in seen[0]] == [1, 2, 3]
+    assert (tmp_path / "metrics.png").stat().st_size > 0 and not (tmp_path / "summary.json").exists()
+
+
+def test_other_processes_of_a_run_read_the_checkpoint_step_and_write_nothing(tmp_path):
+    fake_checkpoint(tmp_path, 5, Config())
+    write_rows(tmp_path, [4, 5, 6])
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    other = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, primary=False)
+    assert other.resume_step == 5 and other.checkpoints == tmp_path / "checkpoints"
+    other.log({"update": 6})
+    other.finish({"x": 1})
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+    assert [row["update"] for row in read_metrics(tmp_path)] == [4, 5, 6]
+
+
+def test_checkpoint_dir_takes_a_run_folder_or_its_checkpoints(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    assert runs.checkpoint_dir(tmp_path) == tmp_path / "checkpoints"
+    assert runs.checkpoint_dir(tmp_path / "checkpoints") == tmp_path / "checkpoints"
+
+
+# ----------------------------------------------------------------------------------------------
+# Killed and resumed, for real
+
+
+def complete_rows(run_path: Path) -> list[dict]:
+    """The rows of metrics.jsonl whose line is complete (a running process may be mid-write)."""
+    path = run_path / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
+
+
+def newest_checkpoint(run_path: Path) -> int | None:
+    """The newest finished checkpoint step (orbax writes to a temporary name, then renames)."""
+    folder = run_path / "checkpoints"
+    steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+    return max(steps, default=None)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), children first."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def kill_after_a_checkpoint(command: list[str], run_path: Path, step_key: str, last_step: int, log: Path,
+                            timeout_s: float = 300.0) -> tuple[int, list[dict]] | None:
+    """Run ``command``; once a checkpoint before ``last_step`` exists and a row past it was logged,
+    SIGKILL the process and everything it started. Returns (newest checkpoint, rows at the kill), or
+    None when the run finished before it could be killed there (the caller retries slower)."""
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if process.poll() is not None:
+                assert process.returncode == 0, f"the run failed before the kill:\n{log.read_text()[-3000:]}"
+                return None
+            assert time.monotonic() < deadline, f"no checkpoint and later row within {timeout_s} s:\n{log.read_text()[-3000:]}"
+            saved = newest_checkpoint(run_path)
+            if saved is not None and saved < last_step and any(row[step_key] > saved for row in complete_rows(run_path)):
+                break
+            time.sleep(0.02)
+    finally:
+        for pid in [process.pid, *descendants(process.pid)]:  # every process of the run, at once
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait()
+    saved = newest_checkpoint(run_path)  # it may have written one more between the poll and the kill
+    rows = complete_rows(run_path)
+    if saved >= last_step or not any(row[step_key] > saved for row in rows):
+        return None
+    return saved, rows
+
+
+def killed_and_resumed(tmp_path, command_for, step_key: str, last_step_for, attempts: int = 3):
+    """Kill a run after a checkpoint, resume it, and check its metrics read as one uninterrupted
+    run. command_for(run_dir, scale) -> argv; a run that ends before the kill is retried at twice
+    the size, and the test fails after ``attempts`` of them. Returns (run folder, rows at the kill,
+    checkpoint step, rows after the resume, last step)."""
+    for attempt in range(attempts):
+        scale = 2**attempt
+        run_path = tmp_path / f"run{attempt}"
+        killed = kill_after_a_checkpoint(command_for(run_path, scale), run_path, step_key, last_step_for(scale),
+                                         tmp_path / f"killed{attempt}.log")
+        if killed is not None:
+            break
+    else:
+        pytest.fail(f"the run finished before it could be killed after a checkpoint, {attempts} times")
+    saved, at_kill = killed
+    resumed = subprocess.run([*command_for(run_path, scale), "--resume"], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    rows = read_metrics(run_path)
+    steps = [row[step_key] for row in rows]
+    assert steps == sorted(set(steps)), f"a step logged twice or out of order: {steps}"
+    assert steps[-1] == last_step_for(scale)
+    assert csv_column(run_path, step_key) == steps  # the CSV holds the same rows
+    return run_path, at_kill, saved, rows, last_step_for(scale)
+
+
+def labcore(*words: str) -> list[str]:
+    return [sys.executable, "-m", "labcore", *words]
+
+
+def same_but_time(a: dict, b: dict, timing=("time", "steps_per_second", "seconds")) -> bool:
+    return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
+
+
+def test_ppo_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
+    updates, log_every = 80, 2
+
+    def command(run_dir, scale):
+        return labcore("train", "ppo", "--preset", "cartpole", "--num-envs", "4", "--num-steps", "32", "--hidden-size", "16",
+                       "--total-steps", str(4 * 32 * updates * scale), "--log-every", str(log_every),
+                       "--checkpoint-every", "10", "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir))
+
+    run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "update", lambda scale: updates * scale)
+    assert [row["update"] for row in rows] == list(range(log_every, last + 1, log_every))
+    # PPO resumes bit for bit: the rows the killed run logged past its checkpoint come back identical
+    again = {row["update"]: row for row in rows}
+    logged_twice = [row for row in at_kill if row["update"] > saved]
+    assert logged_twice and all(row == again[row["update"]] for row in logged_twice)
+    assert json.loads((run_path / "summary.json").read_text())["timesteps"] == 4 * 32 * last
+
+
+def test_dqn_host_loop_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
+    steps, log_every = 6_000, 250
+
+    def command(run_dir, scale):
+        return labcore("train", "dqn", "--total-steps", str(steps * scale), "--learning-starts", "500", "--buffer-size", "1000",
+                       "--batch-size", "32", "--hidden-sizes", "32", "32", "--log-every", str(log_every),
+                       "--checkpoint-every", "1000", "--no-eval", "--run-dir", str(run_dir))
+
+    run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "step", lambda scale: steps * scale)
+    assert [row["step"] for row in rows] == list(range(log_every, last + 1, log_every))
+    # with the replay buffer and the envs in the checkpoint the resumed run is exact (timings aside)
+    again = {row["step"]: row for row in rows}
+    logged_twice = [row for row in at_kill if row["step"] > saved]
+    assert logged_twice and all(same_but_time(row, again[row["step"]]) for row in logged_twice)
+    times = [row["time"] for row in rows]
+    assert times == sorted(times)  # the clock goes on from the checkpoint
+    assert json.loads((run_path / "summary.json").read_text())["steps"] == last
+
+
+def test_data_parallel_dqn_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
+    steps, log_every, learning_starts = 3_000, 200, 500  # per device; 20 updates per chunk
+
+    def command(run_dir, scale):
+        return labcore("launch", "--num-processes", "2", "--devices-per-process", "1", "--timeout", "300", "--",
+                       "train", "dqn", "--total-steps", str(steps * scale), "--learning-starts", str(learning_starts),
+                       "--buffer-size", "2000", "--log-every", str(log_every), "--checkpoint-every", str(2 * log_every),
+                       "--run-dir", str(run_dir))
+
+    def last_update(scale):
+        return (steps * scale - learning_starts) // 10
+
+    run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "updates", last_update)
+    # the warm-up row, then one per chunk of 20 updates; the resumed run's refill is not a row
+    assert [row["updates"] for row in rows] == [0, *range(20, last, 20), last]
+    assert all(row["fingerprint"] for row in rows[1:])
