@@ -1,7 +1,8 @@
 """The four IQN run modes side by side: epochs per second, speed-up over PyTorch, and the compute floor.
 
-The seed's configuration: treasurehunt 10 x 10, 5 agents, 50 turns per epoch; iRainbow with
-layer 250, batch 256, 12 quantiles, 256 acting taus, 5 frames (``labcore.agents.iqn.modes``).
+The original experiment's configuration (the default ``IQNRunConfig``): treasurehunt 10 x 10,
+5 agents, 50 turns per epoch; iRainbow with hidden size 250, batch 256, 12 quantiles, 256 acting
+taus, 5 frames (``labcore.agents.iqn.runners`` runs the modes).
 Only steady-state epochs are timed:
 
 * every mode first plays ``--warmup`` epochs (default: just enough that every agent's buffer allows
@@ -44,22 +45,23 @@ import statistics
 _FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 
-from labcore.agents.iqn import modes as iqn_modes  # noqa: E402
-from labcore.agents.iqn.modes import epoch_flops, timed_block, timing_config, warmup_epochs  # noqa: E402
+from labcore.agents.iqn import runners  # noqa: E402
+from labcore.agents.iqn.run_config import MODES, IQNRunConfig  # noqa: E402
+from labcore.agents.iqn.timing import epoch_flops, timed_block, timing_config, warmup_epochs  # noqa: E402
 from labcore.benchmarking import matmul_rate, write_results  # noqa: E402
 
 # The timing helpers (the reference configuration at epsilon 0, the warm-up, the analytic matmul
-# FLOPs and the timed block) live in labcore.agents.iqn.modes and labcore.benchmarking, where
+# FLOPs and the timed block) live in labcore.agents.iqn.timing and labcore.benchmarking, where
 # notebook 04 uses the same code from an installed labcore.
 
 
-def xla_flops(config: iqn_modes.IQNRunConfig, parallel: iqn_modes.JaxParallelRunner | None = None,
-              fused: iqn_modes.JaxFusedRunner | None = None) -> dict[str, float]:
+def xla_flops(config: IQNRunConfig, parallel: runners.JaxParallelRunner | None = None,
+              fused: runners.JaxFusedRunner | None = None) -> dict[str, float]:
     """XLA's cost analysis of the compiled programs: jax_parallel's one turn x turns plus its end
     of the epoch, and jax_fused's whole-epoch program as compiled (which may count a while loop's
     body once rather than once per trip). Reuses the benchmark's runners when given."""
-    parallel = parallel or iqn_modes.JaxParallelRunner(dataclasses.replace(config, mode="jax_parallel"))
-    fused = fused or iqn_modes.JaxFusedRunner(dataclasses.replace(config, mode="jax_fused"))
+    parallel = parallel or runners.JaxParallelRunner(dataclasses.replace(config, mode="jax_parallel"))
+    fused = fused or runners.JaxFusedRunner(dataclasses.replace(config, mode="jax_fused"))
 
     def flops(compiled) -> float:
         cost = compiled.cost_analysis()
@@ -67,7 +69,8 @@ def xla_flops(config: iqn_modes.IQNRunConfig, parallel: iqn_modes.JaxParallelRun
         return float(cost.get("flops", float("nan")))
 
     turn, end = flops(parallel._turn), flops(parallel._end)
-    return {"acting": turn * config.max_turns, "training": end, "total": turn * config.max_turns + end,
+    turns = config.world.max_turns
+    return {"acting": turn * turns, "training": end, "total": turn * turns + end,
             "fused_program": flops(fused.compile(1))}
 
 
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=10, help="timed epochs per mode and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (the median is reported)")
-    parser.add_argument("--modes", nargs="+", default=list(iqn_modes.MODES), choices=iqn_modes.MODES)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--worlds", nargs="*", type=int, default=[1, 8, 32], help="jax_fused world counts")
     parser.add_argument("--world-epochs", type=int, default=3, help="timed epochs per world count")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads for the pytorch mode")
@@ -92,26 +95,27 @@ def main(argv: list[str] | None = None) -> None:
           flush=True)
 
     # Build (and compile) every runner, then pre-fill its buffers with the warm-up epochs.
-    runners, compile_s = {}, {}
+    timed, compile_s = {}, {}
     for mode in args.modes:
         per_call = args.epochs if mode == "jax_fused" else 1
-        runner = iqn_modes.make_runner(timing_config(mode))
+        runner = runners.make_runner(timing_config(mode))
         for _ in range(warmup):
             runner.run_epochs(1)
-        runners[mode], compile_s[mode] = (runner, per_call), runner.compile_s
+        timed[mode], compile_s[mode] = (runner, per_call), runner.compile_s
         print(f"{mode}: compiled in {runner.compile_s:.1f} s, {warmup} warm-up epochs done", flush=True)
-    if "jax_fused" in runners:  # the fused mode also one epoch per call: what the dispatch per epoch costs
-        runners["jax_fused (1 epoch/call)"] = (runners["jax_fused"][0], 1)
+    if "jax_fused" in timed:  # the fused mode also one epoch per call: what the dispatch per epoch costs
+        timed["jax_fused (1 epoch/call)"] = (timed["jax_fused"][0], 1)
         compile_s["jax_fused (1 epoch/call)"] = compile_s["jax_fused"]
 
     # The matmul rates are measured in every round too, beside the modes, so the floor sees the
     # same machine load as the timings it is compared with (the median round of each is used).
-    shapes = {"act": (base.n_agents * base.n_tau_act, base.layer_size, base.layer_size),
-              "train": (base.batch_size * base.n_quantiles, base.layer_size, base.layer_size), "square": (1024, 1024, 1024)}
-    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    agent, hidden = base.agent, base.agent.hidden_size
+    shapes = {"act": (base.world.n_agents * agent.n_tau_act, hidden, hidden),
+              "train": (agent.batch_size * agent.n_quantiles, hidden, hidden), "square": (1024, 1024, 1024)}
+    seconds: dict[str, list[float]] = {name: [] for name in timed}
     rates: dict[str, list[float]] = {name: [] for name in shapes}
     for round_index in range(args.rounds):
-        for name, (runner, per_call) in runners.items():
+        for name, (runner, per_call) in timed.items():
             seconds[name].append(timed_block(runner, args.epochs, per_call) / args.epochs)
         for name, shape in shapes.items():
             rates[name].append(matmul_rate(*shape))
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
               + "; matmul GFLOP/s " + ", ".join(f"{n} {r[-1]:.0f}" for n, r in rates.items()), flush=True)
 
     analytic = epoch_flops(base)
-    xla = xla_flops(base, runners.get("jax_parallel", (None,))[0], runners.get("jax_fused", (None,))[0])
+    xla = xla_flops(base, timed.get("jax_parallel", (None,))[0], timed.get("jax_fused", (None,))[0])
     rate_act, rate_train, rate_square = (statistics.median(rates[name]) for name in ("act", "train", "square"))
     floor = analytic["acting"] / (rate_act * 1e9) + analytic["training"] / (rate_train * 1e9)
     floor_square = analytic["total"] / (rate_square * 1e9)
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # jax_fused over many worlds, one epoch per call (one compile; the dispatch is negligible here).
     for n_worlds in args.worlds:
-        runner = iqn_modes.make_runner(timing_config("jax_fused", n_worlds))
+        runner = runners.make_runner(timing_config("jax_fused", n_worlds))
         for _ in range(warmup):
             runner.run_epochs(1)
         per_epoch = timed_block(runner, args.world_epochs, 1) / args.world_epochs

@@ -16,19 +16,20 @@ import optax
 import pytest
 
 from labcore.agents.iqn import core as iqn
+from labcore.agents.iqn import frame_buffer as fb
 from labcore.nets.iqn import IQN, q_values, sample_taus
 from labcore.nets.noisy import SIGMA_INIT, NoisyLinear
 
-CONFIG = iqn.IQNConfig(obs_size=3, n_actions=4, n_frames=3, layer_size=16, n_quantiles=4, n_tau_act=8,
-                       memory=32, batch_size=8, lr=1e-3)
+CONFIG = iqn.IQNConfig(obs_size=3, n_actions=4, n_frames=3, hidden_size=16, n_quantiles=4, n_tau_act=8,
+                       buffer_size=32, batch_size=8, learning_rate=1e-3)
 N_AGENTS = 3
 
 
-_add = jax.jit(iqn.buffer_add, static_argnames=("config",))  # compiled once; the tests add many rows
+_add = jax.jit(fb.buffer_add, static_argnames=("config",))  # compiled once; the tests add many rows
 
 
-def fill(buf: iqn.FrameBuffer, steps: int, config: iqn.IQNConfig = CONFIG, start: int = 0,
-         done_at: tuple[int, ...] = ()) -> iqn.FrameBuffer:
+def fill(buf: fb.FrameBuffer, steps: int, config: iqn.IQNConfig = CONFIG, start: int = 0,
+         done_at: tuple[int, ...] = ()) -> fb.FrameBuffer:
     """Add `steps` rows: row t holds obs = t + [0, 0.1, 0.2, ...], action t % A, reward t, done at done_at."""
     for t in range(start, start + steps):
         obs = np.float32(t) + 0.1 * np.arange(config.obs_size, dtype=np.float32)
@@ -43,8 +44,8 @@ def agent() -> iqn.AgentState:
 
 
 @pytest.fixture(scope="module")
-def batch(agent) -> iqn.Batch:
-    return iqn.gather_batch(agent.buffer, iqn.sample_indices(jax.random.key(1), agent.buffer, CONFIG), CONFIG)
+def batch(agent) -> fb.Batch:
+    return fb.gather_batch(agent.buffer, fb.sample_indices(jax.random.key(1), agent.buffer, CONFIG), CONFIG)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -144,44 +145,44 @@ def test_iqn_shapes_names_init_dueling_and_checks():
 
 
 def test_buffer_add_wraps_around():
-    buf = fill(iqn.buffer_init(CONFIG), 35)  # capacity 32
+    buf = fill(fb.buffer_init(CONFIG), 35)  # capacity 32
     assert int(buf.idx) == 3 and int(buf.size) == 32
     np.testing.assert_allclose(buf.states[:3, 0], [32, 33, 34])  # rows 0..2 overwritten by steps 32..34
     np.testing.assert_allclose(buf.states[3:5, 0], [3, 4])
     assert buf.actions.dtype == jnp.int32 and buf.actions[2] == 34 % 4 and buf.rewards[31] == 31
     with pytest.raises(ValueError, match=r"obs must have shape \[obs_size\] = \(3,\)"):
-        iqn.buffer_add(buf, jnp.zeros(4), 0, 0.0, 0.0, CONFIG)
+        fb.buffer_add(buf, jnp.zeros(4), 0, 0.0, 0.0, CONFIG)
 
 
 def test_add_empty_and_current_state_across_the_wrap():
-    buf = fill(iqn.buffer_init(CONFIG), 30)  # idx 30, rows 0..29
-    np.testing.assert_allclose(iqn.buffer_current_state(buf, CONFIG)[:, 0], [28, 29])
-    buf = iqn.buffer_add_empty(buf, CONFIG)  # idx 30 + 2 = 32 -> 0: rows 30, 31 skipped, not cleared
+    buf = fill(fb.buffer_init(CONFIG), 30)  # idx 30, rows 0..29
+    np.testing.assert_allclose(fb.buffer_current_state(buf, CONFIG)[:, 0], [28, 29])
+    buf = fb.buffer_add_empty(buf, CONFIG)  # idx 30 + 2 = 32 -> 0: rows 30, 31 skipped, not cleared
     assert int(buf.idx) == 0 and int(buf.size) == 30
-    np.testing.assert_allclose(iqn.buffer_current_state(buf, CONFIG), np.zeros((2, 3)))  # never written: zeros
+    np.testing.assert_allclose(fb.buffer_current_state(buf, CONFIG), np.zeros((2, 3)))  # never written: zeros
     buf = fill(buf, 1, start=100)  # idx 1: the state wraps, rows 31 then 0
-    np.testing.assert_allclose(iqn.buffer_current_state(buf, CONFIG)[:, 0], [0, 100])
+    np.testing.assert_allclose(fb.buffer_current_state(buf, CONFIG)[:, 0], [0, 100])
     buf = fill(buf, 32, start=200)  # full circle; idx back at 1
-    buf = iqn.buffer_add_empty(buf, CONFIG)  # idx 3: rows 1, 2 keep their old contents (steps 200, 201)
-    np.testing.assert_allclose(iqn.buffer_current_state(buf, CONFIG)[:, 0], [200, 201])
+    buf = fb.buffer_add_empty(buf, CONFIG)  # idx 3: rows 1, 2 keep their old contents (steps 200, 201)
+    np.testing.assert_allclose(fb.buffer_current_state(buf, CONFIG)[:, 0], [200, 201])
     obs = jnp.full((3,), 7.0)
-    stacked = iqn.stacked_state(buf, obs, CONFIG)
+    stacked = fb.stacked_state(buf, obs, CONFIG)
     assert stacked.shape == (9,)
-    frames = np.concatenate([iqn.buffer_current_state(buf, CONFIG), obs[None]])
+    frames = np.concatenate([fb.buffer_current_state(buf, CONFIG), obs[None]])
     np.testing.assert_allclose(stacked.reshape(3, 3), frames)
     with pytest.raises(ValueError, match="obs must have shape"):
-        iqn.stacked_state(buf, jnp.zeros(9), CONFIG)
+        fb.stacked_state(buf, jnp.zeros(9), CONFIG)
 
 
 def test_sample_indices_range_uniqueness_and_lax_scan():
-    buf = fill(iqn.buffer_init(CONFIG), 20)  # range(max(1, 20 - 3 - 1)) = range(16)
-    assert bool(iqn.can_train(buf, CONFIG))  # 16 >= 8
-    assert not bool(iqn.can_train(fill(iqn.buffer_init(CONFIG), 11), CONFIG))  # range(7)
+    buf = fill(fb.buffer_init(CONFIG), 20)  # range(max(1, 20 - 3 - 1)) = range(16)
+    assert bool(fb.can_train(buf, CONFIG))  # 16 >= 8
+    assert not bool(fb.can_train(fill(fb.buffer_init(CONFIG), 11), CONFIG))  # range(7)
 
     @jax.jit
     def many(key):
         def body(carry, k):
-            return carry, iqn.sample_indices(k, buf, CONFIG)
+            return carry, fb.sample_indices(k, buf, CONFIG)
         return jax.lax.scan(body, 0, jax.random.split(key, 400))[1]
 
     draws = np.asarray(many(jax.random.key(0)))  # [400, 8]
@@ -191,13 +192,13 @@ def test_sample_indices_range_uniqueness_and_lax_scan():
     counts = np.bincount(draws.ravel(), minlength=16)  # uniform: each start in 8/16 of the batches
     assert counts.min() > 150 and counts.max() < 250
     # size grows: the range follows it (a traced size, same compiled program)
-    small = fill(iqn.buffer_init(CONFIG), 12)  # range(8): exactly the 8 valid starts
-    assert sorted(np.asarray(iqn.sample_indices(jax.random.key(3), small, CONFIG)).tolist()) == list(range(8))
+    small = fill(fb.buffer_init(CONFIG), 12)  # range(8): exactly the 8 valid starts
+    assert sorted(np.asarray(fb.sample_indices(jax.random.key(3), small, CONFIG)).tolist()) == list(range(8))
 
 
 def test_gather_batch_by_hand():
-    buf = fill(iqn.buffer_init(CONFIG), 20, done_at=(5,))
-    b = iqn.gather_batch(buf, jnp.array([0, 4, 5, 10]), CONFIG)
+    buf = fill(fb.buffer_init(CONFIG), 20, done_at=(5,))
+    b = fb.gather_batch(buf, jnp.array([0, 4, 5, 10]), CONFIG)
     assert b.states.shape == (4, 9) and b.next_states.shape == (4, 9) and b.actions.shape == (4, 1)
     np.testing.assert_allclose(b.states.reshape(4, 3, 3)[:, :, 0], [[0, 1, 2], [4, 5, 6], [5, 6, 7], [10, 11, 12]])
     np.testing.assert_allclose(b.next_states.reshape(4, 3, 3)[:, :, 0], [[1, 2, 3], [5, 6, 7], [6, 7, 8], [11, 12, 13]])
@@ -205,7 +206,7 @@ def test_gather_batch_by_hand():
     np.testing.assert_allclose(b.rewards[:, 0], [2, 6, 7, 12])
     np.testing.assert_allclose(b.dones[:, 0], [0, 0, 0, 0])
     np.testing.assert_allclose(b.valid[:, 0], [1, 0, 0, 1])  # a done among the first n_frames - 1 rows
-    at_done = iqn.gather_batch(buf, jnp.array([3]), CONFIG)  # stack rows 3, 4, 5: done on the last row
+    at_done = fb.gather_batch(buf, jnp.array([3]), CONFIG)  # stack rows 3, 4, 5: done on the last row
     assert float(at_done.dones[0, 0]) == 1.0 and float(at_done.valid[0, 0]) == 1.0
 
 
@@ -215,7 +216,7 @@ def test_gather_batch_by_hand():
 
 def test_select_action_greedy_random_and_shape_check(agent):
     obs = jnp.arange(3, dtype=jnp.float32)
-    stacked = iqn.stacked_state(agent.buffer, obs, CONFIG)
+    stacked = fb.stacked_state(agent.buffer, obs, CONFIG)
     key = jax.random.key(5)
     greedy = iqn.select_action(agent.params, stacked, jnp.float32(0.0), key, CONFIG)
     taus = sample_taus(jax.random.split(key, 3)[2], 1, CONFIG.n_tau_act)  # the taus select_action draws
@@ -237,7 +238,7 @@ def test_train_step_lowers_the_loss_on_a_fixed_batch(agent, batch):
         params, target, opt_state, loss = iqn.train_step(params, target, opt_state, batch, key, CONFIG)
         history.append(float(loss))  # the loss before this step's update
     assert history[-1] < 0.85 * history[0]
-    # the target moved by the soft update only: tau = 1e-3 of the way per step
+    # the target moved by the soft update only: target_update_rate = 1e-3 of the way per step
     moved = jax.tree_util.tree_map(lambda t, t0: float(jnp.max(jnp.abs(t - t0))), target, agent.target_params)
     assert 0 < max(jax.tree_util.tree_leaves(moved)) < 0.01
     with pytest.raises(ValueError, match=r"batch.states must have shape \(8, 9\)"):
@@ -251,7 +252,7 @@ def test_the_optimizer_clips_the_global_norm():
     clipped, _ = optax.clip_by_global_norm(1.0).update(grads, None)
     np.testing.assert_allclose(optax.tree.norm(clipped), 1.0, rtol=1e-6)
     updates, _ = optimizer.update(grads, optimizer.init(params), params)
-    np.testing.assert_allclose(updates["w"][:2], [-1e-3, -1e-3], rtol=1e-4)  # Adam's first step: lr * sign
+    np.testing.assert_allclose(updates["w"][:2], [-1e-3, -1e-3], rtol=1e-4)  # Adam's first step: learning_rate * sign
 
 
 def dataclass_replace(config: iqn.IQNConfig, **changes) -> iqn.IQNConfig:
@@ -269,9 +270,9 @@ def test_soft_and_hard_update():
     np.testing.assert_array_equal(hard["a"], local["a"])
 
 
-def test_start_epoch_syncs_every_sync_freq_and_adds_empty(agent):
+def test_start_epoch_syncs_every_target_sync_epochs_and_adds_empty(agent):
     drifted = agent.replace(params=jax.tree_util.tree_map(lambda p: p + 1.0, agent.params))
-    config = dataclass_replace(CONFIG, sync_freq=3)
+    config = dataclass_replace(CONFIG, target_sync_epochs=3)
     for epoch, synced in ((0, True), (1, False), (2, False), (3, True), (6, True)):
         after = iqn.start_epoch(drifted, epoch, config)
         expected = drifted.params if synced else drifted.target_params
@@ -281,15 +282,15 @@ def test_start_epoch_syncs_every_sync_freq_and_adds_empty(agent):
 
 
 def test_epsilon_schedule():
-    config = dataclass_replace(CONFIG, epsilon_decay=0.1, epsilon_min=0.5)
-    a = iqn.AgentState(params={}, target_params={}, opt_state=(), buffer=iqn.buffer_init(config),
+    config = dataclass_replace(CONFIG, epsilon_decay=0.1, epsilon_end=0.5)
+    a = iqn.AgentState(params={}, target_params={}, opt_state=(), buffer=fb.buffer_init(config),
                        epsilon=jnp.float32(1.0))
     seen = []
     for _ in range(8):
         a = iqn.end_epoch(a, config)
         seen.append(float(a.epsilon))
     np.testing.assert_allclose(seen[:6], [0.9**k for k in range(1, 7)], rtol=1e-6)
-    assert seen[6:] == [0.5, 0.5]  # 0.9 ** 7 = 0.478 is floored at epsilon_min
+    assert seen[6:] == [0.5, 0.5]  # 0.9 ** 7 = 0.478 is floored at epsilon_end
     assert a.epsilon.dtype == jnp.float32
 
 
@@ -298,16 +299,16 @@ def test_config_validation_names_the_field():
         iqn.IQNConfig(gamma=1.5)
     with pytest.raises(ValueError, match="IQNConfig.n_frames must be an integer >= 1"):
         iqn.IQNConfig(n_frames=0)
-    with pytest.raises(ValueError, match="IQNConfig.batch_size must be <= memory - n_frames - 1 = 1018"):
+    with pytest.raises(ValueError, match="IQNConfig.batch_size must be <= buffer_size - n_frames - 1 = 1018"):
         iqn.IQNConfig(batch_size=1019)
-    with pytest.raises(ValueError, match="IQNConfig.batch_size must be <= memory - n_frames - 3 = 1016"):
+    with pytest.raises(ValueError, match="IQNConfig.batch_size must be <= buffer_size - n_frames - 3 = 1016"):
         iqn.IQNConfig(batch_size=1017, fixed=True)
     with pytest.raises(ValueError, match="IQNConfig.fixed must be a bool"):
         iqn.IQNConfig(fixed=1)
-    with pytest.raises(ValueError, match="IQNConfig.lr must be a finite number > 0"):
-        iqn.IQNConfig(lr=0.0)
-    with pytest.raises(ValueError, match="IQNConfig.epsilon_min must be <= epsilon_start"):
-        iqn.IQNConfig(epsilon_start=0.1, epsilon_min=0.2)
+    with pytest.raises(ValueError, match="IQNConfig.learning_rate must be a finite number > 0"):
+        iqn.IQNConfig(learning_rate=0.0)
+    with pytest.raises(ValueError, match="IQNConfig.epsilon_end must be <= epsilon_start"):
+        iqn.IQNConfig(epsilon_start=0.1, epsilon_end=0.2)
     assert iqn.IQNConfig().in_features == 625 and hash(iqn.IQNConfig()) == hash(iqn.IQNConfig())
 
 
@@ -362,26 +363,26 @@ def assert_trees_close(a, b, atol=1e-6):
 def test_vmapped_acting_equals_each_agent_alone(agents):
     obs = jax.random.uniform(jax.random.key(11), (N_AGENTS, 3))
     keys = jax.random.split(jax.random.key(12), N_AGENTS)  # typed keys, one per agent
-    stacked = jax.vmap(functools.partial(iqn.stacked_state, config=CONFIG))(agents.buffer, obs)
+    stacked = jax.vmap(functools.partial(fb.stacked_state, config=CONFIG))(agents.buffer, obs)
     assert stacked.shape == (N_AGENTS, 9)
     select = jax.vmap(functools.partial(iqn.select_action, config=CONFIG))
     actions = select(agents.params, stacked, agents.epsilon, keys)
     assert actions.shape == (N_AGENTS,)
     for i in range(N_AGENTS):
         alone = iqn.unstack_agent(agents, i)
-        np.testing.assert_allclose(stacked[i], iqn.stacked_state(alone.buffer, obs[i], CONFIG), atol=1e-6)
+        np.testing.assert_allclose(stacked[i], fb.stacked_state(alone.buffer, obs[i], CONFIG), atol=1e-6)
         assert int(actions[i]) == int(iqn.select_action(alone.params, stacked[i], alone.epsilon, keys[i], CONFIG))
 
 
 def test_vmapped_training_equals_each_agent_alone(agents):
     keys = jax.random.split(jax.random.key(14), N_AGENTS)
-    sample = jax.jit(jax.vmap(lambda buf, k: iqn.gather_batch(buf, iqn.sample_indices(k, buf, CONFIG), CONFIG)))
+    sample = jax.jit(jax.vmap(lambda buf, k: fb.gather_batch(buf, fb.sample_indices(k, buf, CONFIG), CONFIG)))
     batches = sample(agents.buffer, keys)
     out = jax.vmap(functools.partial(iqn.train_step, config=CONFIG))(
         agents.params, agents.target_params, agents.opt_state, batches, keys)
     for i in range(N_AGENTS):
         alone = iqn.unstack_agent(agents, i)
-        batch = iqn.gather_batch(alone.buffer, iqn.sample_indices(keys[i], alone.buffer, CONFIG), CONFIG)
+        batch = fb.gather_batch(alone.buffer, fb.sample_indices(keys[i], alone.buffer, CONFIG), CONFIG)
         assert_trees_close(jax.tree_util.tree_map(lambda x: x[i], batches), batch)
         single = iqn.train_step(alone.params, alone.target_params, alone.opt_state, batch, keys[i], CONFIG)
         assert_trees_close(jax.tree_util.tree_map(lambda x: x[i], out), single)
@@ -395,11 +396,11 @@ def test_vmapped_learn_trains_each_agent_alone_and_skips_a_small_buffer(agents):
     for i in range(N_AGENTS):
         alone = iqn.unstack_agent(agents, i)
         if i == 2:  # cannot train: unchanged, loss NaN (the original returns None)
-            assert not bool(iqn.can_train(alone.buffer, CONFIG)) and np.isnan(float(losses[i]))
+            assert not bool(fb.can_train(alone.buffer, CONFIG)) and np.isnan(float(losses[i]))
             assert_trees_close(iqn.unstack_agent(learned, i), alone, atol=0)
             continue
         sample_key, step_key = jax.random.split(keys[i])  # learn's own split
-        batch = iqn.gather_batch(alone.buffer, iqn.sample_indices(sample_key, alone.buffer, CONFIG), CONFIG)
+        batch = fb.gather_batch(alone.buffer, fb.sample_indices(sample_key, alone.buffer, CONFIG), CONFIG)
         params, target, opt_state, loss = iqn.train_step(alone.params, alone.target_params, alone.opt_state, batch,
                                                          step_key, CONFIG)
         expected = alone.replace(params=params, target_params=target, opt_state=opt_state)
@@ -413,11 +414,11 @@ def test_vmapped_learn_trains_each_agent_alone_and_skips_a_small_buffer(agents):
 
 def test_fixed_variant_n_step_returns_and_targets_by_hand():
     fixed = dataclass_replace(CONFIG, fixed=True)  # n_step 3, gamma 0.99
-    buf = fill(iqn.buffer_init(fixed), 20, done_at=(9,))
+    buf = fill(fb.buffer_init(fixed), 20, done_at=(9,))
     # range(max(1, size - n_frames - n_step)) = range(14): two fewer starts than the faithful 16
-    assert int(iqn._sample_range(buf, fixed)) == 14 and int(iqn._sample_range(buf, CONFIG)) == 16
-    assert int(np.asarray(iqn.sample_indices(jax.random.key(0), buf, fixed)).max()) <= 13
-    b = iqn.gather_batch(buf, jnp.array([0, 5, 6, 7]), fixed)  # last rows t = 2, 7, 8, 9
+    assert int(fb.sample_range(buf, fixed)) == 14 and int(fb.sample_range(buf, CONFIG)) == 16
+    assert int(np.asarray(fb.sample_indices(jax.random.key(0), buf, fixed)).max()) <= 13
+    b = fb.gather_batch(buf, jnp.array([0, 5, 6, 7]), fixed)  # last rows t = 2, 7, 8, 9
     g = 0.99
     np.testing.assert_allclose(b.rewards[:, 0], [2 + g * 3 + g**2 * 4,   # rows 2, 3, 4
                                                  7 + g * 8 + g**2 * 9,   # rows 7, 8, 9 (done on the last)
@@ -439,5 +440,5 @@ def test_fixed_variant_n_step_returns_and_targets_by_hand():
     grad = jax.grad(lambda z: iqn.quantile_targets(b.rewards, b.dones, z, CONFIG).sum())(z)
     np.testing.assert_allclose(grad[0, 0], [g**3, g**3], rtol=1e-6)  # faithful: a live gradient path
     # faithful mode on the same rows: one-step reward, next state one row ahead, still gamma ** 3
-    faithful = iqn.gather_batch(buf, jnp.array([0]), CONFIG)
+    faithful = fb.gather_batch(buf, jnp.array([0]), CONFIG)
     assert float(faithful.rewards[0, 0]) == 2.0 and float(faithful.next_states[0, 0]) == 1.0

@@ -1,4 +1,4 @@
-"""The JAX iRainbow port (labcore.agents.iqn.core) against the PyTorch reference (labcore.torch_ref.irainbow).
+"""The JAX iRainbow port (labcore.agents.iqn) against the PyTorch reference (labcore.torch_ref.irainbow).
 
 The heart of the port: the same weights (copied by the reference's bridge), the same taus and the
 same noise draws (the Flax NoisyLinear sows what it drew; the PyTorch layers replay it through
@@ -21,29 +21,29 @@ import pytest
 import torch
 
 from labcore.agents.iqn import core as iqn
+from labcore.agents.iqn import frame_buffer as fb
+from labcore.agents.iqn.torch_reference import REFERENCE_NAMES, reference_agent
 from labcore.nets.iqn import IQN, sample_taus
 from labcore.torch_ref import irainbow as ref
+from labcore.torch_ref import irainbow_network as ref_net
 
 jax.config.update("jax_default_matmul_precision", "highest")  # true float32 matmuls on GPU/TPU too
 
-# lr and tau large enough that a wrong update would show; n_step 3 keeps the gamma ** 3 quirk.
-CONFIG = iqn.IQNConfig(obs_size=3, n_actions=4, n_frames=3, layer_size=16, n_quantiles=4, n_tau_act=8,
-                       memory=32, batch_size=8, lr=1e-2, tau=0.1, sync_freq=3, epsilon_decay=0.1, epsilon_min=0.2)
+# learning_rate and target_update_rate large enough that a wrong update would show; n_step 3
+# keeps the gamma ** 3 quirk.
+CONFIG = iqn.IQNConfig(obs_size=3, n_actions=4, n_frames=3, hidden_size=16, n_quantiles=4, n_tau_act=8,
+                       buffer_size=32, batch_size=8, learning_rate=1e-2, target_update_rate=0.1, target_sync_epochs=3,
+                       epsilon_decay=0.1, epsilon_end=0.2)
 TOL = 1e-5
 
 
 def torch_agent(seed: int = 0) -> ref.IRainbowAgent:
-    c = CONFIG
-    return ref.IRainbowAgent(c.obs_size, c.n_actions, n_frames=c.n_frames, layer_size=c.layer_size,
-                             n_quantiles=c.n_quantiles, n_tau_act=c.n_tau_act, n_step=c.n_step, gamma=c.gamma,
-                             lr=c.lr, tau=c.tau, sync_freq=c.sync_freq, memory=c.memory, batch_size=c.batch_size,
-                             epsilon=c.epsilon_start, epsilon_decay=c.epsilon_decay, epsilon_min=c.epsilon_min,
-                             grad_clip=c.grad_clip, seed=seed)
+    return reference_agent(CONFIG, seed=seed)
 
 
-def flax_params(net: ref.IQN) -> dict:
+def flax_params(net: ref_net.IQN) -> dict:
     """The torch network's weights as a Flax parameter pytree (through the reference's bridge)."""
-    return jax.tree_util.tree_map(jnp.asarray, ref.iqn_params_to_flax(net))
+    return jax.tree_util.tree_map(jnp.asarray, ref_net.iqn_params_to_flax(net))
 
 
 def as_numpy(tree) -> dict:
@@ -51,13 +51,13 @@ def as_numpy(tree) -> dict:
     return jax.tree_util.tree_map(lambda x: np.array(x, np.float32, copy=True), tree)
 
 
-def torch_tree(net: ref.IQN, of=lambda p: p.grad) -> dict:
+def torch_tree(net: ref_net.IQN, of=lambda p: p.grad) -> dict:
     """Something per parameter (default its .grad) in the Flax layout: matrices transposed to [in, out]."""
     names = {"kernel": "weight", "bias": "bias", "sigma_kernel": "sigma_weight", "sigma_bias": "sigma_bias"}
     tree = {}
-    for layer in ref.DENSE_LAYERS + ref.NOISY_LAYERS:
+    for layer in ref_net.DENSE_LAYERS + ref_net.NOISY_LAYERS:
         module = getattr(net, layer)
-        fields = ("kernel", "bias") if layer in ref.DENSE_LAYERS else tuple(names)
+        fields = ("kernel", "bias") if layer in ref_net.DENSE_LAYERS else tuple(names)
         tree[layer] = {}
         for field in fields:
             value = of(getattr(module, names[field])).detach().numpy()
@@ -77,11 +77,11 @@ def assert_trees_close(actual, expected, tol: float = TOL) -> None:
                                    err_msg=f"leaf {jax.tree_util.keystr(path)}")
 
 
-_add = jax.jit(iqn.buffer_add, static_argnames=("config",))
+_add = jax.jit(fb.buffer_add, static_argnames=("config",))
 
 
-def fill_both(agent: ref.IRainbowAgent, buf: iqn.FrameBuffer, steps: int, rng: np.random.Generator,
-              reward_scale: float = 1.0, obs_scale: float = 1.0) -> iqn.FrameBuffer:
+def fill_both(agent: ref.IRainbowAgent, buf: fb.FrameBuffer, steps: int, rng: np.random.Generator,
+              reward_scale: float = 1.0, obs_scale: float = 1.0) -> fb.FrameBuffer:
     """The same random steps added to the torch agent's buffer and to the JAX buffer."""
     for _ in range(steps):
         obs = (obs_scale * rng.normal(size=CONFIG.obs_size)).astype(np.float32)
@@ -92,17 +92,17 @@ def fill_both(agent: ref.IRainbowAgent, buf: iqn.FrameBuffer, steps: int, rng: n
     return buf
 
 
-def as_batch(batch: dict) -> iqn.Batch:
-    return iqn.Batch(states=jnp.asarray(batch["states"]), actions=jnp.asarray(batch["actions"], jnp.int32),
+def as_batch(batch: dict) -> fb.Batch:
+    return fb.Batch(states=jnp.asarray(batch["states"]), actions=jnp.asarray(batch["actions"], jnp.int32),
                      rewards=jnp.asarray(batch["rewards"]), next_states=jnp.asarray(batch["next_states"]),
                      dones=jnp.asarray(batch["dones"]), valid=jnp.asarray(batch["valid"]))
 
 
 def queue_noise(agent: ref.IRainbowAgent, draws: dict) -> None:
     """Hand JAX's noise to the torch nets in the order the torch loss runs its forwards."""
-    ref.iqn_noise_from_flax(draws["next_local"], agent.local)  # local(next_states) first ...
-    ref.iqn_noise_from_flax(draws["expected"], agent.local)  # ... then local(states)
-    ref.iqn_noise_from_flax(draws["next_target"], agent.target)
+    ref_net.iqn_noise_from_flax(draws["next_local"], agent.local)  # local(next_states) first ...
+    ref_net.iqn_noise_from_flax(draws["expected"], agent.local)  # ... then local(states)
+    ref_net.iqn_noise_from_flax(draws["next_target"], agent.target)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -120,18 +120,33 @@ def adam_moments(opt_state) -> tuple:
 # ----------------------------------------------------------------------------------------------
 
 
+def test_reference_agent_takes_every_setting_under_the_original_names():
+    """labcore.agents.iqn.torch_reference maps every IQNConfig field to the reference's own argument."""
+    agent = torch_agent(seed=2)
+    assert (agent.obs_size, agent.n_actions, agent.n_frames, agent.local.layer_size) == (3, 4, 3, 16)
+    assert (agent.n_quantiles, agent.n_tau_act, agent.n_step, agent.gamma, agent.batch_size) == (4, 8, 3, 0.99, 8)
+    assert (agent.tau, agent.sync_freq, agent.grad_clip, agent.buffer.capacity) == (0.1, 3, 1.0, 32)
+    assert (agent.epsilon, agent.epsilon_decay, agent.epsilon_min) == (1.0, 0.1, 0.2)
+    assert agent.optimizer.param_groups[0]["lr"] == 1e-2
+    covered = set(REFERENCE_NAMES) | {"obs_size", "n_actions", "fixed", "n_frames", "n_quantiles", "n_tau_act", "n_step",
+                                      "gamma", "batch_size", "epsilon_decay"}
+    assert covered == {field.name for field in dataclasses.fields(iqn.IQNConfig)}
+    with pytest.raises(ValueError, match="faithful variant only"):
+        reference_agent(dataclasses.replace(CONFIG, fixed=True))
+
+
 def test_bridge_round_trips_exactly_and_fits_the_flax_module():
     agent = torch_agent(seed=3)
     params = flax_params(agent.local)
     iqn.check_params_shape(params, CONFIG)  # the bridge's names and shapes are the Flax module's
-    fresh = ref.IQN(CONFIG.in_features, CONFIG.n_actions, CONFIG.layer_size)
-    ref.iqn_params_from_flax(as_numpy(params), fresh)
+    fresh = ref_net.IQN(CONFIG.in_features, CONFIG.n_actions, CONFIG.hidden_size)
+    ref_net.iqn_params_from_flax(as_numpy(params), fresh)
     assert_trees_close(flax_params(fresh), params, tol=0.0)
     for a, b in zip(agent.local.state_dict().values(), fresh.state_dict().values()):
         assert torch.equal(a, b)
     # and from a Flax initialisation into torch and back, bit for bit
     jax_params = iqn.init_params(jax.random.key(4), CONFIG)
-    ref.iqn_params_from_flax({"params": as_numpy(jax_params)}, fresh)
+    ref_net.iqn_params_from_flax({"params": as_numpy(jax_params)}, fresh)
     assert_trees_close(flax_params(fresh), jax_params, tol=0.0)
 
 
@@ -154,24 +169,24 @@ def test_forward_quantiles_and_q_values_match():
     agent.local.train()
     quantiles, state = apply({"params": params}, x, taus, deterministic=False, rngs={"noise": jax.random.key(3)},
                              mutable=("noise_draws",))
-    ref.iqn_noise_from_flax(state["noise_draws"], agent.local)
+    ref_net.iqn_noise_from_flax(state["noise_draws"], agent.local)
     with torch.no_grad():
         noisy, _ = agent.local(torch.from_numpy(x), 6, torch.from_numpy(taus))
     assert_trees_close(quantiles, noisy.numpy())
     assert not np.allclose(noisy.numpy(), expected.numpy())  # the noise mattered
-    for layer in ref.NOISY_LAYERS:  # and torch used exactly JAX's draws, transposed
+    for layer in ref_net.NOISY_LAYERS:  # and torch used exactly JAX's draws, transposed
         eps_w, eps_b = getattr(agent.local, layer).last_noise
         np.testing.assert_array_equal(eps_w.numpy().T, state["noise_draws"][layer]["eps_kernel"][0])
         np.testing.assert_array_equal(eps_b.numpy(), state["noise_draws"][layer]["eps_bias"][0])
 
 
 def test_buffers_match_through_adds_add_empty_and_the_wrap():
-    agent, buf, rng = torch_agent(), iqn.buffer_init(CONFIG), np.random.default_rng(5)
-    current = jax.jit(iqn.buffer_current_state, static_argnames=("config",))
-    gather = jax.jit(iqn.gather_batch, static_argnames=("config",))
-    sample = jax.jit(iqn.sample_indices, static_argnames=("config",))
-    stacked = jax.jit(iqn.stacked_state, static_argnames=("config",))
-    add_empty = jax.jit(iqn.buffer_add_empty, static_argnames=("config",))
+    agent, buf, rng = torch_agent(), fb.buffer_init(CONFIG), np.random.default_rng(5)
+    current = jax.jit(fb.buffer_current_state, static_argnames=("config",))
+    gather = jax.jit(fb.gather_batch, static_argnames=("config",))
+    sample = jax.jit(fb.sample_indices, static_argnames=("config",))
+    stacked = jax.jit(fb.stacked_state, static_argnames=("config",))
+    add_empty = jax.jit(fb.buffer_add_empty, static_argnames=("config",))
     key = jax.random.key(6)
     # an epoch-like rhythm: add_empty, then some steps; 4 rounds of 13 rows wrap the 32-row ring
     for round_ in range(4):
@@ -185,7 +200,7 @@ def test_buffers_match_through_adds_add_empty_and_the_wrap():
         np.testing.assert_array_equal(current(buf, config=CONFIG), agent.buffer.current_state())
         obs = rng.normal(size=3).astype(np.float32)
         np.testing.assert_array_equal(stacked(buf, obs, config=CONFIG), agent.stacked_state(obs))
-        assert bool(iqn.can_train(buf, CONFIG)) == agent.can_train()
+        assert bool(fb.can_train(buf, CONFIG)) == agent.can_train()
         if not agent.can_train():
             continue
         # the same start indices give identical batches, whichever side drew them
@@ -208,11 +223,11 @@ def test_loss_gradients_and_clipped_adam_steps_match(reward_scale: float, obs_sc
     with torch.no_grad():  # a target that differs from the local net, so both networks matter
         for p in agent.target.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-    buf = fill_both(agent, iqn.buffer_init(CONFIG), 24, rng, reward_scale, obs_scale)
-    indices = np.asarray(iqn.sample_indices(jax.random.key(9), buf, CONFIG))
+    buf = fill_both(agent, fb.buffer_init(CONFIG), 24, rng, reward_scale, obs_scale)
+    indices = np.asarray(fb.sample_indices(jax.random.key(9), buf, CONFIG))
     torch_batch = agent.buffer.gather(indices)
     batch = as_batch(torch_batch)
-    assert_trees_close(batch, iqn.gather_batch(buf, jnp.asarray(indices), CONFIG), tol=0.0)
+    assert_trees_close(batch, fb.gather_batch(buf, jnp.asarray(indices), CONFIG), tol=0.0)
 
     params, target = flax_params(agent.local), flax_params(agent.target)
     opt_state = iqn.make_optimizer(CONFIG).init(params)
@@ -230,7 +245,7 @@ def test_loss_gradients_and_clipped_adam_steps_match(reward_scale: float, obs_sc
         np.testing.assert_allclose(float(loss), torch_loss.item(), rtol=TOL)
         assert_trees_close(grads, torch_tree(agent.local))
         norm = float(optax.tree.norm(grads))
-        assert (norm > CONFIG.grad_clip) == clipped, norm  # the clip is active exactly in the clipped case
+        assert (norm > CONFIG.max_grad_norm) == clipped, norm  # the clip is active exactly in the clipped case
         if step == 0:
             # the faithful targets lack stop_gradient; the fixed variant's have it: the same local
             # gradient either way (the targets never depend on the local params)
@@ -249,9 +264,9 @@ def test_loss_gradients_and_clipped_adam_steps_match(reward_scale: float, obs_sc
         assert_trees_close(mu, torch_tree(agent.local, lambda p: state[p]["exp_avg"]))
         assert_trees_close(nu, torch_tree(agent.local, lambda p: state[p]["exp_avg_sq"]))
         if step == 0:  # Adam's first moment after one step is (1 - beta1) * the gradient AFTER the clip
-            scale = min(1.0, CONFIG.grad_clip / norm)
+            scale = min(1.0, CONFIG.max_grad_norm / norm)
             assert_trees_close(mu, jax.tree_util.tree_map(lambda g: 0.1 * scale * g, grads))
-            assert float(optax.tree.norm(mu)) == pytest.approx(0.1 * min(norm, CONFIG.grad_clip), rel=1e-5)
+            assert float(optax.tree.norm(mu)) == pytest.approx(0.1 * min(norm, CONFIG.max_grad_norm), rel=1e-5)
 
 
 def test_soft_and_hard_target_updates_and_epoch_rhythm_match():
@@ -261,15 +276,15 @@ def test_soft_and_hard_target_updates_and_epoch_rhythm_match():
             p.mul_(1.5)  # local != target
     local, target = flax_params(agent.local), flax_params(agent.target)
     agent.soft_update()
-    assert_trees_close(iqn.soft_update(target, local, CONFIG.tau), flax_params(agent.target))
+    assert_trees_close(iqn.soft_update(target, local, CONFIG.target_update_rate), flax_params(agent.target))
     agent.hard_update()
     assert_trees_close(iqn.hard_update(local), flax_params(agent.target), tol=0.0)
     # start_epoch / end_epoch over a few epochs: hard syncs at epoch % sync_freq == 0, add_empty, epsilon
     jax_agent = iqn.AgentState(params=local, target_params=target, opt_state=iqn.make_optimizer(CONFIG).init(local),
-                               buffer=iqn.buffer_init(CONFIG), epsilon=jnp.float32(CONFIG.epsilon_start))
+                               buffer=fb.buffer_init(CONFIG), epsilon=jnp.float32(CONFIG.epsilon_start))
     agent = torch_agent(seed=11)
-    ref.iqn_params_from_flax(as_numpy(local), agent.local)
-    ref.iqn_params_from_flax(as_numpy(target), agent.target)
+    ref_net.iqn_params_from_flax(as_numpy(local), agent.local)
+    ref_net.iqn_params_from_flax(as_numpy(target), agent.target)
     for epoch in range(8):
         agent.start_epoch(epoch)
         jax_agent = iqn.start_epoch(jax_agent, epoch, CONFIG)
@@ -277,7 +292,7 @@ def test_soft_and_hard_target_updates_and_epoch_rhythm_match():
         assert int(jax_agent.buffer.idx) == agent.buffer.idx
         # drift both targets between syncs, as the soft updates of training would
         agent.soft_update()
-        drifted = iqn.soft_update(jax_agent.target_params, jax_agent.params, CONFIG.tau)
+        drifted = iqn.soft_update(jax_agent.target_params, jax_agent.params, CONFIG.target_update_rate)
         jax_agent = jax_agent.replace(target_params=drifted)
         with torch.no_grad():
             for p in agent.local.parameters():
@@ -286,19 +301,19 @@ def test_soft_and_hard_target_updates_and_epoch_rhythm_match():
         agent.end_epoch()
         jax_agent = iqn.end_epoch(jax_agent, CONFIG)
         np.testing.assert_allclose(float(jax_agent.epsilon), agent.epsilon, rtol=1e-6)
-    assert agent.epsilon > CONFIG.epsilon_min  # 0.9 ** 8 = 0.43: not floored yet; 0.9 ** 28 = 0.05 is
+    assert agent.epsilon > CONFIG.epsilon_end  # 0.9 ** 8 = 0.43: not floored yet; 0.9 ** 28 = 0.05 is
     for _ in range(20):
         agent.end_epoch()
         jax_agent = iqn.end_epoch(jax_agent, CONFIG)
-    assert float(jax_agent.epsilon) == pytest.approx(agent.epsilon) == CONFIG.epsilon_min
+    assert float(jax_agent.epsilon) == pytest.approx(agent.epsilon) == CONFIG.epsilon_end
 
 
 def test_acting_picks_the_same_action():
     agent, rng = torch_agent(seed=12), np.random.default_rng(13)
-    buf = fill_both(agent, iqn.buffer_init(CONFIG), 6, rng, obs_scale=10.0)
+    buf = fill_both(agent, fb.buffer_init(CONFIG), 6, rng, obs_scale=10.0)
     params = flax_params(agent.local)
     greedy = jax.jit(iqn.greedy_action, static_argnames=("config",))
-    stacked_state = jax.jit(iqn.stacked_state, static_argnames=("config",))
+    stacked_state = jax.jit(fb.stacked_state, static_argnames=("config",))
     agent.epsilon = 0.0  # random() > 0: always greedy
     jax_actions, torch_actions = [], []
     for i in range(12):

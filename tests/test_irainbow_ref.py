@@ -1,4 +1,4 @@
-"""The PyTorch iRainbow reference (labcore.torch_ref.irainbow) against hand-computed values.
+"""The PyTorch iRainbow reference (labcore.torch_ref.irainbow, .irainbow_network) against hand-computed values.
 
 The JAX port is tested against this reference elsewhere; here the reference itself is checked:
 noisy layers, the IQN forward (against a float64 numpy forward), the frame buffer's quirks, the
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from labcore.torch_ref import irainbow as ir
+from labcore.torch_ref import irainbow_network as irn
 
 SMALL = dict(n_frames=2, layer_size=8, n_quantiles=5, batch_size=6, memory=32)
 
@@ -23,7 +24,8 @@ def small_agent(seed: int = 0, **overrides) -> ir.IRainbowAgent:
 
 
 # ----------------------------------------------------------------------------------------------
-# float64 numpy versions of the network and the loss, written from the reference description
+# float64 numpy versions of the network and the loss, written from the docstrings of IQN.forward
+# (labcore.torch_ref.irainbow_network) and of the quirks in labcore.torch_ref.irainbow
 
 
 def np_forward(params: dict, x: np.ndarray, taus: np.ndarray, noise: dict | None = None) -> np.ndarray:
@@ -49,7 +51,8 @@ def np_forward(params: dict, x: np.ndarray, taus: np.ndarray, noise: dict | None
 
 
 def np_loss(local: dict, target: dict, batch: dict, taus: tuple, gamma_n: float, noise=(None, None, None)) -> float:
-    """Steps 2-7 of the reference description, float64."""
+    """The loss in float64: double-DQN action, target quantiles with gamma ** n_step, expected
+    quantiles, quantile Huber terms times valid, and their mean (quirks 1-3)."""
     taus_next, taus_target, taus_expected = taus
     rows = np.arange(len(batch["actions"]))
     best = np_forward(local, batch["next_states"], taus_next, noise[0]).mean(axis=1).argmax(axis=1)   # [B]
@@ -76,7 +79,7 @@ def filled_buffer_batch(agent: ir.IRainbowAgent, rng: np.random.Generator, rows:
 
 def test_noisy_linear_init_ranges_and_sigma():
     g = torch.Generator().manual_seed(0)
-    layer = ir.NoisyLinear(300, 200, generator=g)
+    layer = irn.NoisyLinear(300, 200, generator=g)
     bound = math.sqrt(3 / 300)
     for values in (layer.weight, layer.bias):
         assert float(values.detach().abs().max()) <= bound
@@ -90,7 +93,7 @@ def test_noisy_linear_init_ranges_and_sigma():
 
 def test_noisy_linear_eval_is_mean_weights_and_training_noise():
     g = torch.Generator().manual_seed(1)
-    layer = ir.NoisyLinear(5, 3, generator=g)
+    layer = irn.NoisyLinear(5, 3, generator=g)
     x = torch.randn(4, 5, generator=g)
     layer.eval()
     assert torch.equal(layer(x), x @ layer.weight.T + layer.bias)
@@ -105,7 +108,7 @@ def test_noisy_linear_eval_is_mean_weights_and_training_noise():
 
 
 def test_set_noise_is_used_exactly_once_in_order_and_not_by_eval():
-    layer = ir.NoisyLinear(5, 3, generator=torch.Generator().manual_seed(2))
+    layer = irn.NoisyLinear(5, 3, generator=torch.Generator().manual_seed(2))
     x = torch.randn(4, 5)
     draws = [(torch.randn(3, 5), torch.randn(3)) for _ in range(2)]
     for eps_w, eps_b in draws:
@@ -131,7 +134,7 @@ def test_set_noise_is_used_exactly_once_in_order_and_not_by_eval():
 
 
 def test_iqn_shapes_taus_and_input_checks():
-    net = ir.IQN(7, 4, layer_size=16, generator=torch.Generator().manual_seed(3))
+    net = irn.IQN(7, 4, layer_size=16, generator=torch.Generator().manual_seed(3))
     x = torch.randn(3, 7)
     quantiles, taus = net(x, 5)
     assert quantiles.shape == (3, 5, 4) and taus.shape == (3, 5, 1)
@@ -151,7 +154,7 @@ def test_iqn_shapes_taus_and_input_checks():
 
 
 def test_iqn_dueling_mean_is_removed():
-    net = ir.IQN(6, 5, layer_size=12, generator=torch.Generator().manual_seed(4))
+    net = irn.IQN(6, 5, layer_size=12, generator=torch.Generator().manual_seed(4))
     captured = []
     net.value.register_forward_hook(lambda module, inputs, output: captured.append(output))
     for train in (False, True):
@@ -164,19 +167,19 @@ def test_iqn_dueling_mean_is_removed():
 
 
 def test_iqn_forward_matches_float64_numpy_with_and_without_injected_noise():
-    net = ir.IQN(6, 3, layer_size=10, generator=torch.Generator().manual_seed(5))
+    net = irn.IQN(6, 3, layer_size=10, generator=torch.Generator().manual_seed(5))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4, 6)).astype(np.float32)
     taus = rng.uniform(size=(4, 7, 1)).astype(np.float32)
-    params = ir.iqn_params_to_flax(net)
+    params = irn.iqn_params_to_flax(net)
     net.eval()
     with torch.no_grad():
         out = net(torch.from_numpy(x), 7, torch.from_numpy(taus))[0].numpy()
     np.testing.assert_allclose(out, np_forward(params, x, taus), rtol=1e-5, atol=1e-5)
     # training mode with injected draws, given in Flax layout (eps_kernel [in, out]) as the port sows them
     noise = {name: (rng.normal(size=params[name]["kernel"].shape), rng.normal(size=params[name]["bias"].shape))
-             for name in ir.NOISY_LAYERS}
-    ir.iqn_noise_from_flax({"noise_draws": {k: {"eps_kernel": (v[0],), "eps_bias": (v[1],)} for k, v in noise.items()}}, net)
+             for name in irn.NOISY_LAYERS}
+    irn.iqn_noise_from_flax({"noise_draws": {k: {"eps_kernel": (v[0],), "eps_bias": (v[1],)} for k, v in noise.items()}}, net)
     net.train()
     with torch.no_grad():
         noisy = net(torch.from_numpy(x), 7, torch.from_numpy(taus))[0].numpy()
@@ -309,7 +312,7 @@ def test_loss_matches_float64_numpy_eval_mode():
     agent.local.eval()
     agent.target.eval()
     loss = agent.loss(batch, *(torch.from_numpy(t) for t in taus))
-    expected = np_loss(ir.iqn_params_to_flax(agent.local), ir.iqn_params_to_flax(agent.target), batch, taus, 0.99**3)
+    expected = np_loss(irn.iqn_params_to_flax(agent.local), irn.iqn_params_to_flax(agent.target), batch, taus, 0.99**3)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     # gamma ** n_step on one-step rewards matters: with n_step = 1 the value differs
     agent.n_step = 1
@@ -322,15 +325,15 @@ def test_loss_training_mode_uses_injected_noise_in_forward_order():
     rng = np.random.default_rng(8)
     batch = filled_buffer_batch(agent, rng)
     taus = tuple(rng.uniform(size=(6, 5, 1)).astype(np.float32) for _ in range(3))
-    local, target = ir.iqn_params_to_flax(agent.local), ir.iqn_params_to_flax(agent.target)
+    local, target = irn.iqn_params_to_flax(agent.local), irn.iqn_params_to_flax(agent.target)
 
     def draws():
         return {name: (rng.normal(size=local[name]["kernel"].shape), rng.normal(size=local[name]["bias"].shape))
-                for name in ir.NOISY_LAYERS}
+                for name in irn.NOISY_LAYERS}
 
     noise = (draws(), draws(), draws())
     for net, queued in ((agent.local, noise[0]), (agent.target, noise[1]), (agent.local, noise[2])):
-        ir.iqn_noise_from_flax({k: {"eps_kernel": v[0], "eps_bias": v[1]} for k, v in queued.items()}, net)
+        irn.iqn_noise_from_flax({k: {"eps_kernel": v[0], "eps_bias": v[1]} for k, v in queued.items()}, net)
     loss = agent.loss(batch, *(torch.from_numpy(t) for t in taus))
     assert loss.item() == pytest.approx(np_loss(local, target, batch, taus, 0.99**3, noise), rel=1e-5)
     loss.backward()  # targets are not detached: gradients reach the target net too
@@ -469,11 +472,11 @@ def test_same_seed_is_deterministic_and_seeds_differ():
 
 
 def test_flax_bridge_names_layout_round_trip_and_copies():
-    net = ir.IQN(10, 4, layer_size=6, generator=torch.Generator().manual_seed(13))
-    params = ir.iqn_params_to_flax(net)
+    net = irn.IQN(10, 4, layer_size=6, generator=torch.Generator().manual_seed(13))
+    params = irn.iqn_params_to_flax(net)
     assert set(params) == {"head1", "cos_embedding", "ff_1", "advantage", "value"}
     assert set(params["head1"]) == set(params["cos_embedding"]) == {"kernel", "bias"}
-    for name in ir.NOISY_LAYERS:
+    for name in irn.NOISY_LAYERS:
         assert set(params[name]) == {"kernel", "bias", "sigma_kernel", "sigma_bias"}
     assert params["head1"]["kernel"].shape == (10, 6) and params["cos_embedding"]["kernel"].shape == (64, 6)
     assert params["advantage"]["sigma_kernel"].shape == (6, 4) and params["value"]["bias"].shape == (1,)
@@ -481,14 +484,14 @@ def test_flax_bridge_names_layout_round_trip_and_copies():
     assert all(v.dtype == np.float32 for layer in params.values() for v in layer.values())
     params["head1"]["kernel"][0, 0] += 1.0                            # a copy, not a view
     assert net.head1.weight[0, 0] != torch.tensor(params["head1"]["kernel"][0, 0])
-    other = ir.IQN(10, 4, layer_size=6, generator=torch.Generator().manual_seed(14))
-    ir.iqn_params_from_flax({"params": ir.iqn_params_to_flax(net)}, other)
+    other = irn.IQN(10, 4, layer_size=6, generator=torch.Generator().manual_seed(14))
+    irn.iqn_params_from_flax({"params": irn.iqn_params_to_flax(net)}, other)
     for (name, a), b in zip(net.named_parameters(), other.parameters(), strict=True):
         assert torch.equal(a, b), name
-    broken = ir.iqn_params_to_flax(net)
+    broken = irn.iqn_params_to_flax(net)
     broken["value"]["sigma_kernel"] = broken["value"]["sigma_kernel"].T
     with pytest.raises(ValueError, match="value/sigma_kernel: expected shape"):
-        ir.iqn_params_from_flax(broken, other)
+        irn.iqn_params_from_flax(broken, other)
     del broken["ff_1"]
     with pytest.raises(ValueError, match="ff_1"):
-        ir.iqn_params_from_flax(broken, other)
+        irn.iqn_params_from_flax(broken, other)

@@ -1,20 +1,25 @@
 """Multi-agent iRainbow (IQN + noisy nets + double DQN + frame stacking), a port of sorrel's learner.
 
+This module is the agent: its config (``IQNConfig``), its state, network and optimiser, acting,
+the loss and the train step. Its replay buffer is ``labcore.agents.iqn.frame_buffer``; the
+experiment that runs many agents in a world is ``labcore.agents.iqn.run``.
+
 Every function is pure (state in, state out; PRNG keys passed explicitly), so one agent's code
 serves all the agents of a world at once under ``jax.vmap`` over a leading agent axis:
 
     config = IQNConfig()                                              # validated, hashable (jit-static)
     agents = init_agents(jax.random.key(0), config, n_agents=5)       # AgentState, leaves [5, ...]
-    stacked = jax.vmap(functools.partial(stacked_state, config=config))(agents.buffer, obs)   # [5, F]
+    stacked = jax.vmap(functools.partial(frame_buffer.stacked_state, config=config))(
+        agents.buffer, obs)                                                                  # [5, F]
     actions = jax.vmap(functools.partial(select_action, config=config))(
         agents.params, stacked, agents.epsilon, jax.random.split(key, 5))                    # [5] int32
     agents = jax.vmap(functools.partial(remember, config=config))(agents, obs, actions, rewards, dones)
     agents, losses = jax.vmap(functools.partial(learn, config=config))(agents, jax.random.split(key, 5))
 
 F = n_frames * obs_size: an agent's network sees the last n_frames - 1 stored frames plus the
-current observation, flattened (``stacked_state``). The epoch rhythm of the original is
-``start_epoch`` (add_empty + hard target sync every sync_freq epochs), the turns (act, remember),
-one ``learn`` per agent, ``end_epoch`` (epsilon decay).
+current observation, flattened (``frame_buffer.stacked_state``). The epoch rhythm of the original
+is ``start_epoch`` (add_empty + hard target sync every target_sync_epochs epochs), the turns (act,
+remember), one ``learn`` per agent, ``end_epoch`` (epsilon decay).
 
 The faithful port reproduces the original's quirks (labcore's PyTorch reference,
 ``labcore.torch_ref.irainbow``, is tested against it step by step):
@@ -27,7 +32,7 @@ The faithful port reproduces the original's quirks (labcore's PyTorch reference,
   them; acting uses the mean weights (eval mode).
 * The buffer samples slot positions 0 .. size - n_frames - 2 as absolute positions, without
   regard to the write pointer (after a wrap-around a window may straddle old and new rows), and
-  ``add_empty`` skips n_frames - 1 rows without clearing them.
+  ``add_empty`` skips n_frames - 1 rows without clearing them (``frame_buffer``).
 
 ``IQNConfig(fixed=True)`` is the FLAGGED "fixed" variant, off by default: the batch carries true
 n-step returns sum_k gamma^k r_{t+k} (stopping at a done) with the next state n_step rows ahead
@@ -44,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -54,6 +58,8 @@ import optax
 from flax import struct
 
 from labcore import devices, losses, validation
+from labcore.agents.iqn import frame_buffer as fb
+from labcore.agents.iqn.frame_buffer import Batch, FrameBuffer
 from labcore.nets.iqn import IQN, noise_rngs, sample_taus
 
 Params = Any  # a Flax parameter pytree: {'head1': {'kernel', 'bias'}, ..., 'value': {...}}
@@ -75,33 +81,33 @@ class IQNConfig:
 
     obs_size: int = 125  # one frame: (2r+1)^2 * 5 channels
     n_actions: int = 4
-    n_frames: int = 5
-    layer_size: int = 250
+    n_frames: int = 5  # frames stacked into one network input
+    hidden_size: int = 250  # units of every hidden layer (the original's layer_size)
     n_quantiles: int = 12  # taus per forward in the loss (N)
     n_tau_act: int = 256  # taus per forward when acting
     n_step: int = 3
     gamma: float = 0.99
-    lr: float = 2.5e-4
-    tau: float = 1e-3  # soft target update after every train step
-    sync_freq: int = 200  # epochs between hard target syncs
-    memory: int = 1024  # buffer capacity (rows)
+    learning_rate: float = 2.5e-4  # Adam (the original's lr)
+    target_update_rate: float = 1e-3  # soft (Polyak) target update after every train step (the original's tau)
+    target_sync_epochs: int = 200  # epochs between hard target syncs (the original's sync_freq)
+    buffer_size: int = 1024  # replay buffer capacity in rows (the original's memory)
     batch_size: int = 256
-    grad_clip: float = 1.0  # global gradient-norm clip
+    max_grad_norm: float = 1.0  # global gradient-norm clip (the original's grad_clip)
     epsilon_start: float = 1.0
     epsilon_decay: float = 1e-3  # epsilon *= 1 - epsilon_decay once per epoch
-    epsilon_min: float = 0.0
+    epsilon_end: float = 0.0  # epsilon's floor (the original's epsilon_min)
     fixed: bool = False  # the flagged "fixed" variant: true n-step returns + stop-gradient targets
 
     # What devices.auto_tune shrinks this config to, per device class. sorrel's defaults (250
     # units, 256 acting taus, batch 256, 1,024 rows) were made for a CPU: one agent's network is
     # about 0.2M parameters and its buffer 0.5 MB, so memory is never the limit. On a CPU the cost
-    # is arithmetic: every turn each agent evaluates n_tau_act taus through layer_size units, and
+    # is arithmetic: every turn each agent evaluates n_tau_act taus through hidden_size units, and
     # each train step batch_size x n_quantiles of them; a few cores keep the defaults as ceilings.
     # Accelerators have the arithmetic to spare and keep any size. The ceilings keep batch_size
-    # within a full buffer (batch_size <= memory - n_frames - lookahead).
+    # within a full buffer (batch_size <= buffer_size - n_frames - lookahead).
     DEVICE_SIZES = devices.DeviceSizes(
         limits={
-            "cpu": {"layer_size": 250, "n_tau_act": 256, "batch_size": 256, "memory": 1024},
+            "cpu": {"hidden_size": 250, "n_tau_act": 256, "batch_size": 256, "buffer_size": 1024},
             "gpu-small": {},
             "gpu-t4": {},
             "gpu": {},
@@ -111,17 +117,19 @@ class IQNConfig:
 
     def __post_init__(self) -> None:
         require = validation.requirer(self)
-        validation.require_ints(self, "obs_size", "n_actions", "n_frames", "layer_size", "n_quantiles", "n_tau_act",
-                                "n_step", "sync_freq", "memory", "batch_size")
-        validation.require_unit_interval(self, "gamma", "tau", "epsilon_start", "epsilon_decay", "epsilon_min")
-        validation.require_positive(self, "lr", "grad_clip")
-        require(self.epsilon_min <= self.epsilon_start, "epsilon_min", f"<= epsilon_start ({self.epsilon_start})")
+        validation.require_ints(self, "obs_size", "n_actions", "n_frames", "hidden_size", "n_quantiles", "n_tau_act",
+                                "n_step", "target_sync_epochs", "buffer_size", "batch_size")
+        validation.require_unit_interval(self, "gamma", "target_update_rate", "epsilon_start", "epsilon_decay",
+                                         "epsilon_end")
+        validation.require_positive(self, "learning_rate", "max_grad_norm")
+        require(self.epsilon_end <= self.epsilon_start, "epsilon_end", f"<= epsilon_start ({self.epsilon_start})")
         require(isinstance(self.fixed, bool), "fixed", "a bool")
-        # Sampling draws batch_size distinct starts from range(memory - n_frames - lookahead) at
-        # most: a larger batch could never train.
-        most = self.memory - self.n_frames - self.lookahead
+        # Sampling draws batch_size distinct starts from range(buffer_size - n_frames - lookahead)
+        # at most: a larger batch could never train.
+        most = self.buffer_size - self.n_frames - self.lookahead
         require(self.batch_size <= most, "batch_size",
-                f"<= memory - n_frames - {self.lookahead} = {most} (the most distinct samples a full buffer holds)")
+                f"<= buffer_size - n_frames - {self.lookahead} = {most} "
+                "(the most distinct samples a full buffer holds)")
 
     @property
     def in_features(self) -> int:
@@ -135,170 +143,6 @@ class IQNConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-# ----------------------------------------------------------------------------------------------
-# The frame-stacking replay buffer (the original's semantics, as a pytree and pure functions).
-
-
-@struct.dataclass
-class FrameBuffer:
-    """A ring of ``memory`` rows, one observation (frame) per row.
-
-    states [cap, obs] f32; actions [cap] i32; rewards [cap] f32; dones [cap] f32;
-    idx [] i32 (the next row written); size [] i32 (rows written, at most cap).
-    """
-
-    states: jax.Array
-    actions: jax.Array
-    rewards: jax.Array
-    dones: jax.Array
-    idx: jax.Array
-    size: jax.Array
-
-
-@struct.dataclass
-class Batch:
-    """B transitions: states, next_states [B, F] f32; actions [B, 1] i32; rewards, dones, valid [B, 1] f32.
-
-    valid = 0 when a done lies inside the state's stacked frames (the stack straddles episodes).
-    In the fixed variant rewards are n-step returns and dones say whether a done was reached
-    within the n steps.
-    """
-
-    states: jax.Array
-    actions: jax.Array
-    rewards: jax.Array
-    next_states: jax.Array
-    dones: jax.Array
-    valid: jax.Array
-
-
-def _check_obs(obs: jax.Array, config: IQNConfig, what: str = "obs") -> None:
-    if tuple(obs.shape) != (config.obs_size,):
-        raise ValueError(f"{what} must have shape [obs_size] = ({config.obs_size},), got {tuple(obs.shape)}")
-
-
-def _check_stacked(stacked: jax.Array, config: IQNConfig) -> None:
-    # The size check the review asked for: a wrong-width state would otherwise broadcast or fail
-    # deep inside the network with an unrelated message.
-    if tuple(stacked.shape) != (config.in_features,):
-        raise ValueError(
-            f"stacked state must have shape [n_frames * obs_size] = ({config.n_frames} * {config.obs_size} = "
-            f"{config.in_features},), got {tuple(stacked.shape)}"
-        )
-
-
-def buffer_init(config: IQNConfig) -> FrameBuffer:
-    """An empty buffer of config.memory zero rows."""
-    cap = config.memory
-    return FrameBuffer(
-        states=jnp.zeros((cap, config.obs_size), jnp.float32),
-        actions=jnp.zeros((cap,), jnp.int32),
-        rewards=jnp.zeros((cap,), jnp.float32),
-        dones=jnp.zeros((cap,), jnp.float32),
-        idx=jnp.int32(0),
-        size=jnp.int32(0),
-    )
-
-
-def buffer_add(buf: FrameBuffer, obs: jax.Array, action: jax.Array, reward: jax.Array, done: jax.Array,
-               config: IQNConfig) -> FrameBuffer:
-    """Write one step at row idx: obs [obs_size], action [] int, reward [] float, done [] (bool or float).
-
-    idx <- (idx + 1) % cap; size <- min(size + 1, cap).
-    """
-    _check_obs(obs, config)
-    i = buf.idx
-    return FrameBuffer(
-        states=buf.states.at[i].set(jnp.asarray(obs, jnp.float32)),
-        actions=buf.actions.at[i].set(jnp.asarray(action, jnp.int32)),
-        rewards=buf.rewards.at[i].set(jnp.asarray(reward, jnp.float32)),
-        dones=buf.dones.at[i].set(jnp.asarray(done, jnp.float32)),
-        idx=(i + 1) % config.memory,
-        size=jnp.minimum(buf.size + 1, config.memory),
-    )
-
-
-def buffer_add_empty(buf: FrameBuffer, config: IQNConfig) -> FrameBuffer:
-    """Start a new episode's frame stack: idx <- (idx + n_frames - 1) % cap; size unchanged.
-
-    The skipped rows are NOT cleared (the original's behaviour): ``current_state`` right after
-    reads whatever they last held (zeros while the buffer is young).
-    """
-    return buf.replace(idx=(buf.idx + config.n_frames - 1) % config.memory)
-
-
-def buffer_current_state(buf: FrameBuffer, config: IQNConfig) -> jax.Array:
-    """The n_frames - 1 rows before idx, oldest first, wrapping around the ring: [n_frames - 1, obs]."""
-    rows = (buf.idx - (config.n_frames - 1) + jnp.arange(config.n_frames - 1)) % config.memory
-    return buf.states[rows]
-
-
-def stacked_state(buf: FrameBuffer, obs: jax.Array, config: IQNConfig) -> jax.Array:
-    """What the agent acts on: current_state's frames then obs, flattened: [n_frames * obs_size]."""
-    _check_obs(obs, config)
-    frames = jnp.concatenate([buffer_current_state(buf, config), jnp.asarray(obs, jnp.float32)[None]], axis=0)
-    return frames.reshape(config.in_features)
-
-
-def _sample_range(buf: FrameBuffer, config: IQNConfig) -> jax.Array:
-    """[] i32: starts are drawn from range(this). Faithful: max(1, size - n_frames - 1); the fixed
-    variant looks n_step rows ahead, so max(1, size - n_frames - n_step)."""
-    return jnp.maximum(1, buf.size - config.n_frames - config.lookahead)
-
-
-def can_train(buf: FrameBuffer, config: IQNConfig) -> jax.Array:
-    """[] bool: the sample range holds at least batch_size starts (the original's train condition)."""
-    return _sample_range(buf, config) >= config.batch_size
-
-
-def sample_indices(key: jax.Array, buf: FrameBuffer, config: IQNConfig) -> jax.Array:
-    """[batch_size] i32 window starts, uniform without replacement over range(_sample_range).
-
-    Static shapes (jit / lax.scan friendly): every one of the cap rows gets a U(0, 1) score,
-    rows outside the range get +inf, and the batch_size smallest scores are taken (the first
-    batch_size entries of a uniformly random order of the valid starts). Only meaningful when
-    ``can_train``: with fewer valid starts than batch_size, out-of-range rows fill the batch
-    (where numpy's ``choice`` would raise).
-    """
-    scores = jax.random.uniform(key, (config.memory,))
-    scores = jnp.where(jnp.arange(config.memory) < _sample_range(buf, config), scores, jnp.inf)
-    _, indices = jax.lax.top_k(-scores, config.batch_size)
-    return indices.astype(jnp.int32)
-
-
-def gather_batch(buf: FrameBuffer, indices: jax.Array, config: IQNConfig) -> Batch:
-    """The batch of window starts indices [B] (absolute rows, as the original: no wrap-around).
-
-    Window w = i + [0 .. n_frames - 1]; states = S[w], next_states = S[w + lookahead] (flattened);
-    action / reward / done at the window's last row t; valid = 1 - any(done[w[:-1]]).
-    Fixed variant: reward = sum_{k < n_step} gamma^k r[t + k], cut after the first done, and
-    done = 1 if a done occurs in rows t .. t + n_step - 1.
-    """
-    B = indices.shape[0]
-    window = indices[:, None] + jnp.arange(config.n_frames)  # [B, n_frames]
-    last = window[:, -1]
-    done_rows = buf.dones != 0
-    valid = 1.0 - jnp.any(done_rows[window[:, :-1]], axis=-1).astype(jnp.float32)
-    if config.fixed:
-        steps = last[:, None] + jnp.arange(config.n_step)  # [B, n_step]
-        step_dones = done_rows[steps].astype(jnp.float32)
-        # alive[k] = no done strictly before step k: the return stops after the first done.
-        alive = jnp.cumprod(jnp.concatenate([jnp.ones((B, 1)), 1.0 - step_dones[:, :-1]], axis=1), axis=1)
-        discounts = config.gamma ** jnp.arange(config.n_step, dtype=jnp.float32)
-        rewards = jnp.sum(alive * discounts * buf.rewards[steps], axis=1)
-        dones = 1.0 - jnp.prod(1.0 - step_dones, axis=1)
-    else:
-        rewards, dones = buf.rewards[last], buf.dones[last]
-    return Batch(
-        states=buf.states[window].reshape(B, config.in_features),
-        actions=buf.actions[last][:, None],
-        rewards=rewards[:, None],
-        next_states=buf.states[window + config.lookahead].reshape(B, config.in_features),
-        dones=dones[:, None],
-        valid=valid[:, None],
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -318,12 +162,12 @@ class AgentState:
 
 def make_network(config: IQNConfig) -> IQN:
     """The IQN both the local and the target parameters belong to (input width n_frames * obs_size)."""
-    return IQN(in_features=config.in_features, n_actions=config.n_actions, layer_size=config.layer_size)
+    return IQN(in_features=config.in_features, n_actions=config.n_actions, layer_size=config.hidden_size)
 
 
 def make_optimizer(config: IQNConfig) -> optax.GradientTransformation:
-    """Clip the global gradient norm to grad_clip (torch's clip_grad_norm_), then Adam(lr)."""
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip), optax.adam(config.lr))
+    """Clip the global gradient norm to max_grad_norm (torch's clip_grad_norm_), then Adam(learning_rate)."""
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -341,7 +185,7 @@ def _fresh_agent(key: jax.Array, config: IQNConfig) -> AgentState:
         params=params,
         target_params=hard_update(params),
         opt_state=make_optimizer(config).init(params),
-        buffer=buffer_init(config),
+        buffer=fb.buffer_init(config),
         epsilon=jnp.float32(config.epsilon_start),
     )
 
@@ -411,6 +255,16 @@ def check_params_shape(params: Params, config: IQNConfig, n_agents: int | None =
 # Acting.
 
 
+def _check_stacked(stacked: jax.Array, config: IQNConfig) -> None:
+    # A wrong-width state would otherwise broadcast or fail deep inside the network with an
+    # unrelated message.
+    if tuple(stacked.shape) != (config.in_features,):
+        raise ValueError(
+            f"stacked state must have shape [n_frames * obs_size] = ({config.n_frames} * {config.obs_size} = "
+            f"{config.in_features},), got {tuple(stacked.shape)}"
+        )
+
+
 def greedy_action(params: Params, stacked: jax.Array, taus: jax.Array, config: IQNConfig) -> jax.Array:
     """argmax_a of Q(stacked, a) with the mean weights (eval mode) and the given taus [1, n_tau, 1]: i32[]."""
     _check_stacked(stacked, config)
@@ -436,14 +290,14 @@ def select_action(params: Params, stacked: jax.Array, epsilon: jax.Array, key: j
 @functools.partial(jax.jit, static_argnames=("config",))
 def act(agent: AgentState, obs: jax.Array, key: jax.Array, config: IQNConfig) -> jax.Array:
     """select_action on the agent's own stacked state (its buffer's frames + obs [obs_size]): i32[]."""
-    return select_action(agent.params, stacked_state(agent.buffer, obs, config), agent.epsilon, key, config)
+    return select_action(agent.params, fb.stacked_state(agent.buffer, obs, config), agent.epsilon, key, config)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def remember(agent: AgentState, obs: jax.Array, action: jax.Array, reward: jax.Array, done: jax.Array,
              config: IQNConfig) -> AgentState:
     """Store one step (the observation acted on, not the stack) in the agent's buffer."""
-    return agent.replace(buffer=buffer_add(agent.buffer, obs, action, reward, done, config))
+    return agent.replace(buffer=fb.buffer_add(agent.buffer, obs, action, reward, done, config))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -540,9 +394,9 @@ def loss_fn(params: Params, target_params: Params, batch: Batch, key: jax.Array,
     return loss_and_draws(params, target_params, batch, randomness, config)[0]
 
 
-def soft_update(target: Params, local: Params, tau: float) -> Params:
-    """target <- tau * local + (1 - tau) * target, leaf by leaf."""
-    return jax.tree_util.tree_map(lambda t, p: tau * p + (1.0 - tau) * t, target, local)
+def soft_update(target: Params, local: Params, rate: float) -> Params:
+    """target <- rate * local + (1 - rate) * target, leaf by leaf (Polyak averaging; rate 1 copies)."""
+    return jax.tree_util.tree_map(lambda t, p: rate * p + (1.0 - rate) * t, target, local)
 
 
 def hard_update(local: Params) -> Params:
@@ -553,7 +407,8 @@ def hard_update(local: Params) -> Params:
 @functools.partial(jax.jit, static_argnames=("config",))
 def train_step(params: Params, target_params: Params, opt_state: optax.OptState, batch: Batch, key: jax.Array,
                config: IQNConfig) -> tuple[Params, Params, optax.OptState, jax.Array]:
-    """One update: gradient of loss_fn, clip to grad_clip, Adam, then the soft target update.
+    """One update: gradient of loss_fn, clip to max_grad_norm, Adam, then the soft target update
+    at target_update_rate.
 
     Returns (params, target_params, opt_state, loss before the step). The batch's shapes are
     checked at trace time. vmap it over a leading agent axis.
@@ -561,7 +416,7 @@ def train_step(params: Params, target_params: Params, opt_state: optax.OptState,
     loss, grads = jax.value_and_grad(loss_fn)(params, target_params, batch, key, config)
     updates, opt_state = make_optimizer(config).update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    return params, soft_update(target_params, params, config.tau), opt_state, loss
+    return params, soft_update(target_params, params, config.target_update_rate), opt_state, loss
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -572,7 +427,7 @@ def learn(agent: AgentState, key: jax.Array, config: IQNConfig) -> tuple[AgentSt
     (the original returns None). Under vmap every agent decides for itself.
     """
     sample_key, step_key = jax.random.split(key)
-    batch = gather_batch(agent.buffer, sample_indices(sample_key, agent.buffer, config), config)
+    batch = fb.gather_batch(agent.buffer, fb.sample_indices(sample_key, agent.buffer, config), config)
 
     def train(agent: AgentState) -> tuple[AgentState, jax.Array]:
         params, target, opt_state, loss = train_step(agent.params, agent.target_params, agent.opt_state, batch,
@@ -582,17 +437,17 @@ def learn(agent: AgentState, key: jax.Array, config: IQNConfig) -> tuple[AgentSt
     def skip(agent: AgentState) -> tuple[AgentState, jax.Array]:
         return agent, jnp.float32(jnp.nan)
 
-    return jax.lax.cond(can_train(agent.buffer, config), train, skip, agent)
+    return jax.lax.cond(fb.can_train(agent.buffer, config), train, skip, agent)
 
 
 def start_epoch(agent: AgentState, epoch: jax.Array | int, config: IQNConfig) -> AgentState:
-    """add_empty, and copy local -> target when epoch % sync_freq == 0 (epoch 0 included)."""
-    sync = jnp.asarray(epoch) % config.sync_freq == 0
+    """add_empty, and copy local -> target when epoch % target_sync_epochs == 0 (epoch 0 included)."""
+    sync = jnp.asarray(epoch) % config.target_sync_epochs == 0
     target = jax.tree_util.tree_map(lambda p, t: jnp.where(sync, p, t), agent.params, agent.target_params)
-    return agent.replace(buffer=buffer_add_empty(agent.buffer, config), target_params=target)
+    return agent.replace(buffer=fb.buffer_add_empty(agent.buffer, config), target_params=target)
 
 
 def end_epoch(agent: AgentState, config: IQNConfig) -> AgentState:
-    """epsilon <- max(epsilon * (1 - epsilon_decay), epsilon_min)."""
-    epsilon = jnp.maximum(agent.epsilon * (1.0 - config.epsilon_decay), config.epsilon_min)
+    """epsilon <- max(epsilon * (1 - epsilon_decay), epsilon_end)."""
+    epsilon = jnp.maximum(agent.epsilon * (1.0 - config.epsilon_decay), config.epsilon_end)
     return agent.replace(epsilon=epsilon.astype(jnp.float32))
