@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
     _add_config_flags(train_iqn, "IQNRunConfig")
-    _add_auto_tune_flag(train_iqn, "n_worlds / layer_size / n_tau_act / batch_size / memory")
+    _add_auto_tune_flag(train_iqn, "n_worlds / hidden_size / n_tau_act / batch_size / buffer_size")
     train_iqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, checkpoint, summary")
     train_iqn.add_argument("--log-every", type=_positive_int, default=10, help="epochs between metric-file writes")
     train_iqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
@@ -154,7 +154,7 @@ def _flag_type(annotation: str):
 
 def _config_class(name: str):
     if name == "IQNRunConfig":  # its own import: the other configs need not load for it
-        from labcore.agents.iqn.modes import IQNRunConfig
+        from labcore.agents.iqn.run_config import IQNRunConfig
 
         return IQNRunConfig
     from labcore.agents.dqn.core import DQNConfig
@@ -167,7 +167,9 @@ def _config_class(name: str):
 def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNConfig",
                       exclude: tuple[str, ...] = ()) -> None:
     group = parser.add_argument_group(f"{config_class} fields (unset flags keep the preset's value)")
-    for field in dataclasses.fields(_config_class(config_class)):
+    cls = _config_class(config_class)
+    # A composed config (IQNRunConfig: the run, the world, the agent) has one flag per flat field.
+    for field in cls.flat_fields() if hasattr(cls, "flat_fields") else dataclasses.fields(cls):
         if field.name in exclude:
             continue
         flag = "--" + ("env" if field.name == "env_id" else field.name.replace("_", "-"))
@@ -183,7 +185,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNC
 def _config_from(args: argparse.Namespace, config_class: str = "DQNConfig"):
     cls = _config_class(config_class)
     overrides = {}
-    for field in dataclasses.fields(cls):
+    for field in cls.flat_fields() if hasattr(cls, "flat_fields") else dataclasses.fields(cls):
         value = getattr(args, field.name)
         if value is not None:
             overrides[field.name] = tuple(value) if isinstance(value, list) else value
@@ -258,27 +260,29 @@ def _cpu_scheduler_flag() -> None:
 
 
 def _train_iqn(args: argparse.Namespace) -> int:
-    from labcore.agents.iqn import modes as iqn_modes
+    from labcore.agents.iqn import run as iqn_run
 
     config = _auto_tuned(args, _config_from(args, "IQNRunConfig"))
     print(config)
-    result = iqn_modes.run(config, run_dir=args.run_dir, log_every=args.log_every, progress=not args.no_progress,
-                           overwrite=args.overwrite)
+    result = iqn_run.run(config, run_dir=args.run_dir, log_every=args.log_every, progress=not args.no_progress,
+                         overwrite=args.overwrite)
     print(json.dumps(result.summary))
     return 0
 
 
 def _eval_iqn(args: argparse.Namespace) -> int:
-    from labcore.agents.iqn import modes as iqn_modes
+    from labcore.agents.iqn import run as iqn_run
+    from labcore.agents.iqn.run_config import IQNRunConfig
 
-    overrides = {field.name: getattr(args, field.name) for field in dataclasses.fields(iqn_modes.IQNRunConfig)
+    # The world and agent flags given override the checkpoint's config (flat field names).
+    overrides = {field.name: getattr(args, field.name) for field in IQNRunConfig.flat_fields()
                  if field.name not in _IQN_TRAINING_ONLY and getattr(args, field.name) is not None}
-    config, params = iqn_modes.load_checkpoint(args.checkpoint, step=args.step, overrides=overrides)
-    greedy = iqn_modes.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=0.0)
-    random_play = iqn_modes.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=1.0)
+    config, params = iqn_run.load_checkpoint(args.checkpoint, step=args.step, overrides=overrides)
+    greedy = iqn_run.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=0.0)
+    random_play = iqn_run.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=1.0)
     for epoch, gems in enumerate(greedy["gems"]):
         print(f"epoch {epoch}: {gems:g} gems (random play {random_play['gems'][epoch]:g})")
-    print(json.dumps({"trained_mode": config.mode, "trained_epochs": config.epochs, "n_agents": config.n_agents,
+    print(json.dumps({"trained_mode": config.mode, "trained_epochs": config.epochs, "n_agents": config.world.n_agents,
                       "n_worlds": config.n_worlds, "epochs": args.epochs, "gems_per_epoch": greedy["gems"],
                       "mean_gems": greedy["mean_gems"], "random_mean_gems": random_play["mean_gems"],
                       "mean_reward": greedy["mean_reward"], "random_mean_reward": random_play["mean_reward"]}))
