@@ -142,21 +142,22 @@ def iqn_config_for(*flags):
 
 
 def test_every_iqn_config_field_is_a_flag():
-    from labcore.agents.iqn.modes import IQNRunConfig
+    from labcore.agents.iqn.run_config import IQNRunConfig
 
     parser = cli.build_parser()
     subcommands = parser._subparsers._group_actions[0].choices
     for command in ("train", "eval"):
         iqn_parser = subcommands[command]._subparsers._group_actions[0].choices["iqn"]
         flags = {option for action in iqn_parser._actions for option in action.option_strings}
-        for field in dataclasses.fields(IQNRunConfig):
+        for field in IQNRunConfig.flat_fields():  # the run's fields, the world's and the agents'
             # eval takes the world and network fields (overrides of the checkpoint's), not the training-only ones
             if command == "train" or field.name not in cli._IQN_TRAINING_ONLY:
                 assert "--" + field.name.replace("_", "-") in flags, (command, field.name)
     config = iqn_config_for("--mode", "jax_parallel", "--epochs", "7", "--seed", "3", "--height", "8", "--n-agents", "2",
-                            "--spawn-prob", "0.1", "--layer-size", "64", "--lr", "0.001", "--fixed", "--epsilon-min", "0.05")
+                            "--spawn-prob", "0.1", "--hidden-size", "64", "--learning-rate", "0.001", "--fixed",
+                            "--epsilon-end", "0.05")
     assert config == IQNRunConfig(mode="jax_parallel", epochs=7, seed=3, height=8, n_agents=2, spawn_prob=0.1,
-                                  layer_size=64, lr=1e-3, fixed=True, epsilon_min=0.05)
+                                  hidden_size=64, learning_rate=1e-3, fixed=True, epsilon_end=0.05)
     assert iqn_config_for() == IQNRunConfig()
     assert iqn_config_for("--mode", "jax_fused", "--n-worlds", "8", "--epochs-per-call", "10").n_worlds == 8
 
@@ -166,7 +167,7 @@ def test_every_iqn_config_field_is_a_flag():
     [
         (["--mode", "tpu"], "IQNRunConfig.mode must be one of"),
         (["--mode", "pytorch", "--n-worlds", "2"], "IQNRunConfig.n_worlds must be 1 in mode 'pytorch'"),
-        (["--layer-size", "0"], "IQNRunConfig.layer_size must be an integer >= 1"),
+        (["--hidden-size", "0"], "IQNRunConfig.hidden_size must be an integer >= 1"),
         (["--n-agents", "65"], "IQNRunConfig.n_agents must be in [1, 64]"),
     ],
 )
@@ -179,8 +180,8 @@ def test_bad_iqn_input_is_one_clear_error(flags, message, capsys, tmp_path):
 
 def test_train_iqn_then_eval_the_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
-    tiny = ["--height", "6", "--width", "6", "--n-agents", "2", "--max-turns", "5", "--layer-size", "8", "--n-quantiles", "2",
-            "--n-tau-act", "4", "--memory", "32", "--batch-size", "4", "--n-frames", "2"]
+    tiny = ["--height", "6", "--width", "6", "--n-agents", "2", "--max-turns", "5", "--hidden-size", "8", "--n-quantiles", "2",
+            "--n-tau-act", "4", "--buffer-size", "32", "--batch-size", "4", "--n-frames", "2"]
     # The pytorch mode: no compile, so the test stays quick; every mode writes the same checkpoint layout.
     assert cli.main(["train", "iqn", "--mode", "pytorch", "--epochs", "4", *tiny, "--run-dir", str(run), "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
@@ -195,7 +196,7 @@ def test_train_iqn_then_eval_the_checkpoint(tmp_path, capsys):
     assert report["trained_mode"] == "pytorch" and report["epochs"] == 3 and len(report["gems_per_epoch"]) == 3
     assert [line.split(":")[0] for line in lines[:3]] == ["epoch 0", "epoch 1", "epoch 2"]
     # A network flag that does not fit the saved parameters names the leaf and both shapes.
-    assert cli.main(["eval", "iqn", "--checkpoint", str(run), "--layer-size", "16"]) == 2
+    assert cli.main(["eval", "iqn", "--checkpoint", str(run), "--hidden-size", "16"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: params leaf 'advantage/kernel' has shape (2, 8, 4), but the config expects (2, 16, 4)")
     assert cli.main(["eval", "iqn", "--checkpoint", str(tmp_path / "missing")]) == 2
