@@ -146,13 +146,13 @@ def main(argv: list[str] | None = None) -> None:
                  "x floor": 1.0})
 
     # jax_fused over many worlds, one epoch per call (one compile; the dispatch is negligible here).
-    for n_worlds in args.worlds:
-        runner = runners.make_runner(timing_config("jax_fused", n_worlds))
+    for num_worlds in args.worlds:
+        runner = runners.make_runner(timing_config("jax_fused", num_worlds))
         for _ in range(warmup):
             runner.run_epochs(1)
         per_epoch = timed_block(runner, args.world_epochs, 1) / args.world_epochs
-        rows.append({"mode": "jax_fused", "worlds": n_worlds, "s/epoch (median)": per_epoch, "epochs/s": 1 / per_epoch,
-                     "world-epochs/s": n_worlds / per_epoch, "x floor": per_epoch / (n_worlds * floor),
+        rows.append({"mode": "jax_fused", "worlds": num_worlds, "s/epoch (median)": per_epoch, "epochs/s": 1 / per_epoch,
+                     "world-epochs/s": num_worlds / per_epoch, "x floor": per_epoch / (num_worlds * floor),
                      "compile (s)": runner.compile_s})
         print(rows[-1], flush=True)
         del runner

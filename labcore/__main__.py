@@ -12,10 +12,11 @@
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
     python -m labcore train gflownet --trainer hybrid --loss tb --ndim 4 --height 8 --iterations 2000
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
-    python -m labcore train iqn --mode jax_fused --epochs 200 --run-dir runs/iqn [--n-worlds 8 ...]
+    python -m labcore train iqn --mode jax_fused --epochs 200 --run-dir runs/iqn [--num-worlds 8 ...]
     python -m labcore eval iqn --checkpoint runs/iqn --epochs 10
 
-Every field of DQNConfig, PPOConfig, GFlowNetConfig and IQNRunConfig is a flag of ``train dqn``,
+Every field of DQNConfig, PPOConfig and GFlowNetConfig, and every flat field of IQNRunConfig (its own,
+its world's and its agents'), is a flag of ``train dqn``,
 ``train ppo``, ``train gflownet`` and ``train iqn`` (``--help`` lists them with their defaults).
 """
 
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
     _add_config_flags(train_iqn, "IQNRunConfig")
-    _add_auto_tune_flag(train_iqn, "n_worlds / hidden_size / n_tau_act / batch_size / buffer_size")
+    _add_auto_tune_flag(train_iqn, "num_worlds / hidden_size / n_tau_act / batch_size / buffer_size")
     train_iqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, checkpoint, summary")
     train_iqn.add_argument("--log-every", type=_positive_int, default=10, help="epochs between metric-file writes")
     train_iqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
@@ -140,7 +141,7 @@ def _auto_tuned(args: argparse.Namespace, config):
 
 
 # IQNRunConfig fields that only describe how a run trains, not the agents or the world.
-_IQN_TRAINING_ONLY = ("mode", "epochs", "seed", "n_worlds", "epochs_per_call")
+_IQN_TRAINING_ONLY = ("mode", "epochs", "seed", "num_worlds", "epochs_per_call")
 
 
 def _flag_type(annotation: str):
@@ -283,7 +284,7 @@ def _eval_iqn(args: argparse.Namespace) -> int:
     for epoch, gems in enumerate(greedy["gems"]):
         print(f"epoch {epoch}: {gems:g} gems (random play {random_play['gems'][epoch]:g})")
     print(json.dumps({"trained_mode": config.mode, "trained_epochs": config.epochs, "n_agents": config.world.n_agents,
-                      "n_worlds": config.n_worlds, "epochs": args.epochs, "gems_per_epoch": greedy["gems"],
+                      "num_worlds": config.num_worlds, "epochs": args.epochs, "gems_per_epoch": greedy["gems"],
                       "mean_gems": greedy["mean_gems"], "random_mean_gems": random_play["mean_gems"],
                       "mean_reward": greedy["mean_reward"], "random_mean_reward": random_play["mean_reward"]}))
     return 0

@@ -121,7 +121,8 @@ class RunDir:
             previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()]
             if previous and not overwrite:
                 raise FileExistsError(
-                    f"{run_path} holds an earlier run ({previous[0].name}); resume it, choose another folder, or overwrite it"
+                    f"{run_path} holds an earlier run ({previous[0].name}); choose another folder, overwrite it, "
+                    "or resume it (drivers that checkpoint their whole state can)"
                 )
             for old in previous:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()

@@ -159,14 +159,14 @@ def test_every_iqn_config_field_is_a_flag():
     assert config == IQNRunConfig(mode="jax_parallel", epochs=7, seed=3, height=8, n_agents=2, spawn_prob=0.1,
                                   hidden_size=64, learning_rate=1e-3, fixed=True, epsilon_end=0.05)
     assert iqn_config_for() == IQNRunConfig()
-    assert iqn_config_for("--mode", "jax_fused", "--n-worlds", "8", "--epochs-per-call", "10").n_worlds == 8
+    assert iqn_config_for("--mode", "jax_fused", "--num-worlds", "8", "--epochs-per-call", "10").num_worlds == 8
 
 
 @pytest.mark.parametrize(
     "flags,message",
     [
         (["--mode", "tpu"], "IQNRunConfig.mode must be one of"),
-        (["--mode", "pytorch", "--n-worlds", "2"], "IQNRunConfig.n_worlds must be 1 in mode 'pytorch'"),
+        (["--mode", "pytorch", "--num-worlds", "2"], "IQNRunConfig.num_worlds must be 1 in mode 'pytorch'"),
         (["--hidden-size", "0"], "IQNRunConfig.hidden_size must be an integer >= 1"),
         (["--n-agents", "65"], "IQNRunConfig.n_agents must be in [1, 64]"),
     ],

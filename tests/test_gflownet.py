@@ -9,7 +9,7 @@ import torch
 
 from labcore import evaluation
 from labcore.agents.gflownet import core as gflownet
-from labcore.envs import hypergrid
+from labcore.envs import hypergrid, hypergrid_env
 from labcore.torch_ref import gflownet as ref
 
 # tests/conftest.py compiles at -O0; this restores XLA's default level for one long-running program
@@ -356,7 +356,7 @@ def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
 
 # -- the gymnax interface (HyperGridEnv) -------------------------------------------------------------
 
-ENV = hypergrid.HyperGridEnv()
+ENV = hypergrid_env.HyperGridEnv()
 
 
 def test_env_plays_the_free_functions_and_resets_after_exit():

@@ -119,7 +119,7 @@ def test_the_config_is_composed_of_the_world_and_the_agent_config():
     assert IQNRunConfig(**flat.flat_dict()) == flat
     # config.json's nested data round-trips
     assert IQNRunConfig.from_dict(json.loads(json.dumps(flat.as_dict()))) == flat
-    assert set(flat.as_dict()) == {"mode", "epochs", "seed", "n_worlds", "epochs_per_call", "world", "agent"}
+    assert set(flat.as_dict()) == {"mode", "epochs", "seed", "num_worlds", "epochs_per_call", "world", "agent"}
     with pytest.raises(TypeError, match=r"unknown field\(s\) \['obs_size'\] \(the world decides"):
         IQNRunConfig(obs_size=3)
     with pytest.raises(TypeError, match=r"unknown field\(s\) \['lr'\]"):
@@ -131,13 +131,13 @@ def test_auto_tune_shrinks_the_agent_and_world_count_through_flat_names():
 
     cpu = devices.DeviceReport(platform="cpu", devices=(), local_device_count=1, process_index=0, process_count=1,
                                in_colab=False, host_memory_bytes=None, cpu_count=2)
-    large = IQNRunConfig(n_worlds=1024, hidden_size=1024, batch_size=2048, buffer_size=8192, height=8)
+    large = IQNRunConfig(num_worlds=1024, hidden_size=1024, batch_size=2048, buffer_size=8192, height=8)
     tuned, changes = devices.auto_tune(large, cpu)
     assert (tuned.agent.hidden_size, tuned.agent.batch_size, tuned.agent.buffer_size) == (250, 256, 1024)
-    assert tuned.n_worlds == 4
+    assert tuned.num_worlds == 4
     assert tuned.world == large.world and tuned.agent.n_tau_act == large.agent.n_tau_act
     assert changes == ["hidden_size: 1024 -> 250 (cpu)", "batch_size: 2048 -> 256 (cpu)",
-                       "buffer_size: 8192 -> 1024 (cpu)", "n_worlds: 1024 -> 4 (cpu)"]
+                       "buffer_size: 8192 -> 1024 (cpu)", "num_worlds: 1024 -> 4 (cpu)"]
     assert devices.auto_tune(tuned, cpu) == (tuned, [])
 
 
@@ -145,10 +145,10 @@ def test_auto_tune_shrinks_the_agent_and_world_count_through_flat_names():
     (dict(mode="tpu"), "IQNRunConfig.mode must be one of"),
     (dict(epochs=0), "IQNRunConfig.epochs must be an integer >= 1"),
     (dict(seed=-1), "IQNRunConfig.seed must be an integer >= 0"),
-    (dict(mode="jax_parallel", n_worlds=2), "IQNRunConfig.n_worlds must be 1 in mode 'jax_parallel'"),
+    (dict(mode="jax_parallel", num_worlds=2), "IQNRunConfig.num_worlds must be 1 in mode 'jax_parallel'"),
     (dict(mode="pytorch", epochs_per_call=5), "IQNRunConfig.epochs_per_call must be 1 in mode 'pytorch'"),
     (dict(mode="pytorch", fixed=True), "IQNRunConfig.fixed must be False in mode 'pytorch'"),
-    (dict(n_worlds=0), "IQNRunConfig.n_worlds must be an integer >= 1"),
+    (dict(num_worlds=0), "IQNRunConfig.num_worlds must be an integer >= 1"),
     (dict(hidden_size=0), "IQNRunConfig.hidden_size must be an integer >= 1"),
     (dict(spawn_prob=1.5), "IQNRunConfig.spawn_prob must be in [0, 1]"),
     (dict(n_agents=65), "IQNRunConfig.n_agents must be in [1, 64]"),
@@ -161,8 +161,8 @@ def test_config_validation_names_the_field(overrides, message):
 
 
 def test_jax_fused_takes_worlds_and_epochs_per_call():
-    config = IQNRunConfig(mode="jax_fused", n_worlds=4, epochs_per_call=10)
-    assert (config.n_worlds, config.epochs_per_call) == (4, 10)
+    config = IQNRunConfig(mode="jax_fused", num_worlds=4, epochs_per_call=10)
+    assert (config.num_worlds, config.epochs_per_call) == (4, 10)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,10 +217,10 @@ def test_pytorch_plays_the_same_rules_with_its_own_generators(runs):
 
 
 def test_fused_worlds_equal_single_world_runs():
-    """n_worlds = 3 in one program equals three single-world runs with world keys fold_in(key(seed), w);
+    """num_worlds = 3 in one program equals three single-world runs with world keys fold_in(key(seed), w);
     a program with 4 epoch slots run as 3 + 1 epochs (skipped slots leave the state alone) equals
     4 calls of one epoch."""
-    many = runners.JaxFusedRunner(small("jax_fused", n_worlds=3, epochs_per_call=4))
+    many = runners.JaxFusedRunner(small("jax_fused", num_worlds=3, epochs_per_call=4))
     chunks = [many.run_epochs(3), many.run_epochs(1)]
     assert list(many._compiled) == [4]  # both chunks ran the one 4-slot program
     together = runners.EpochNumbers(*(np.concatenate(parts) for parts in zip(*chunks)))
@@ -288,9 +288,9 @@ def test_a_mismatched_checkpoint_is_a_clear_error(runs, overrides, message):
 
 def test_a_world_count_mismatch_is_a_clear_error(runs):
     params = runs["jax_fused"].params
-    expected = r"'advantage/bias' has shape \(3, 4\), but the config expects a leading axis of n_worlds = 2"
+    expected = r"'advantage/bias' has shape \(3, 4\), but the config expects a leading axis of num_worlds = 2"
     with pytest.raises(ValueError, match=expected):
-        iqn_run.check_params(params, small("jax_fused", n_worlds=2))
+        iqn_run.check_params(params, small("jax_fused", num_worlds=2))
     with pytest.raises(FileNotFoundError):
         iqn_run.load_checkpoint(_folder(runs["jax_fused"]) / "nothing-here")
 
@@ -330,7 +330,7 @@ def test_learning_gems_per_epoch_rise(mode):
 def test_timing_config_warmup_and_epoch_flops():
     config = timing.timing_config("jax_fused")
     assert config == IQNRunConfig(mode="jax_fused", epsilon_start=0.0, epsilon_end=0.0)
-    assert timing.timing_config("jax_fused", n_worlds=8, epochs_per_call=3).n_worlds == 8
+    assert timing.timing_config("jax_fused", num_worlds=8, epochs_per_call=3).num_worlds == 8
     # ceil((256 + 5 + 1) / 50) = 6 epochs before every buffer allows a 256-sample train step
     assert timing.warmup_epochs(config) == 6 and timing.warmup_epochs(small("jax_fused")) == 4
     flops = timing.epoch_flops(config)

@@ -241,9 +241,39 @@ def test_the_readme_vocabulary_table_lists_every_shared_field():
 
 def test_the_readme_layout_lists_exactly_the_modules():
     block = readme_section("Layout").split("```")[1]
-    listed = set(re.findall(r"(?<![\w/.])((?:[\w*]+/)*[\w*]+\.py)\b", block))
+    package_lines = block[block.index("\nlabcore/") : block.index("\ntests/")]
+    # Paths are written relative to labcore/ (``agents/dqn/core.py``); a * stands for a family of modules.
+    listed = set(re.findall(r"(?<![\w/.])((?:[\w*]+/)*[\w*]+\.py)\b", package_lines))
+    every_file = {str(path.relative_to(PACKAGE)) for path in MODULES}
+    # A subpackage's __init__.py need not be listed (most only describe their package).
     files = {str(path.relative_to(PACKAGE)) for path in MODULES if not (is_package(path) and path.parent != PACKAGE)}
     unlisted = {name for name in files if not any(fnmatch.fnmatch(name, pattern) for pattern in listed)}
-    missing = {pattern for pattern in listed if not any(fnmatch.fnmatch(name, pattern) for name in files)}
+    missing = {pattern for pattern in listed if not any(fnmatch.fnmatch(name, pattern) for name in every_file)}
     assert unlisted == set(), "modules missing from the README's layout"
     assert missing == set(), "the README's layout lists modules that do not exist"
+
+
+# Importing gymnax starts JAX's backends. Only the gymnax environment classes may import it at
+# module level: everything else (the configs the command line imports to build its parser, the
+# exercises, the drivers) must leave the backends unstarted, so a launched worker can still join
+# its cluster and a notebook can still choose its devices after importing labcore.
+STARTS_A_BACKEND = {"labcore.envs.vault", "labcore.envs.wrappers", "labcore.envs.hypergrid_env", "labcore.envs.treasurehunt_env"}
+
+
+def test_importing_labcore_starts_no_jax_backend():
+    import subprocess
+    import sys
+
+    modules = [module_name(path) for path in MODULES if module_name(path) not in STARTS_A_BACKEND]
+    script = (
+        "import importlib, sys\n"
+        "from jax._src import xla_bridge\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    if xla_bridge._backends:\n"
+        "        sys.exit(f'importing {name} started a JAX backend')\n"
+        "importlib.import_module('labcore.envs.vault')\n"
+        "sys.exit(0 if xla_bridge._backends else 'the check cannot see a started backend')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

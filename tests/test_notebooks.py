@@ -136,7 +136,7 @@ def test_repository_read_rule_catches_reads_outside_the_package(source):
     'runs_dir = Path("runs") / "05_masked_ppo"  # written next to the notebook',
     'print("the same comparisons run in tests/test_iqn_parity.py on every commit")',
     "# benchmarks/iqn_modes.py measures the same at a larger size\nx = 1",
-    'from labcore.agents.iqn.modes import timed_block\nfrom labcore.benchmarking import matmul_rate',
+    'from labcore.agents.iqn.timing import timed_block\nfrom labcore.benchmarking import matmul_rate',
     'workdir = Path(tempfile.mkdtemp(prefix="labcore-03-"))',
     'package_data = pathlib.Path(labcore.__file__).parent / "envs"',
     'x = a[1:3]  # slices are not paths\ny = f"{x!r}"',

@@ -12,6 +12,7 @@ import pytest
 
 from labcore import evaluation
 from labcore.envs import treasurehunt as th
+from labcore.envs import treasurehunt_env
 from labcore.envs import wrappers
 from labcore.torch_ref.treasurehunt import TreasurehuntWorld
 
@@ -378,7 +379,7 @@ def test_observe_and_move_jit_without_retracing_across_turns():
 
 # -- the gymnax interface (Treasurehunt) -----------------------------------------------------------
 
-ENV = th.Treasurehunt()
+ENV = treasurehunt_env.Treasurehunt()
 ENV_PARAMS = th.make_params(height=7, width=8, n_agents=4, spawn_prob=0.2, max_turns=12)
 
 

@@ -9,7 +9,9 @@ jitted update or whole jitted training run) beside the drivers that run it:
   process), ``actor_learner`` (actor processes feeding one learner);
 * ``ppo``: ``core`` (masked PPO as one jitted ``train(key)``) and ``run`` (results folder,
   checkpoints, resume);
-* ``iqn``: ``core`` (the IQN port of the original iRainbow agent) and the multi-agent
-  Treasurehunt experiment in four run modes;
-* ``gflownet``: ``core`` (HyperGrid losses, policy and sampler) and ``trainers``.
+* ``iqn``: ``core`` and ``frame_buffer`` (the IQN port of the original iRainbow agent) and the
+  multi-agent Treasurehunt experiment in four run modes (``run_config``, ``programs``,
+  ``runners``, ``run``, ``timing``, ``torch_reference``);
+* ``gflownet``: ``core`` (HyperGrid losses, policy and sampler) and ``trainers`` (four trainers
+  and the driver).
 """

@@ -1,8 +1,8 @@
 """Environments: host envs through gymnasium (classic control, Atari) for the DQN loops, and
 labcore's own pure-JAX games with the gymnax interface (stateless env object, params dataclass,
 ``reset(key, params)``, ``step(key, state, action, params)``): ``vault.Vault`` and
-``hypergrid.HyperGridEnv`` (masked, through ``make_masked_env``) and the multi-agent
-``treasurehunt.Treasurehunt``.
+``hypergrid_env.HyperGridEnv`` (masked, through ``make_masked_env``) and the multi-agent
+``treasurehunt_env.Treasurehunt``.
 
 ``make_vector_env`` is the one door the training loops use: it checks the id and the action
 space before anything is built, so a typo or a continuous-control env fails with a clear
@@ -100,7 +100,7 @@ def _masked_game(env_id: str) -> Any:
         from labcore.envs.vault import Vault
 
         return Vault()
-    from labcore.envs.hypergrid import HyperGridEnv
+    from labcore.envs.hypergrid_env import HyperGridEnv
 
     return HyperGridEnv()
 

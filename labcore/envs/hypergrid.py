@@ -1,5 +1,5 @@
-"""HyperGrid, the standard GFlowNet benchmark, as pure JAX functions (vmap- and scan-able) and as
-a gymnax environment (``HyperGridEnv``) built on them.
+"""HyperGrid, the standard GFlowNet benchmark, as pure JAX functions (vmap- and scan-able); the
+gymnax environment built on them is ``labcore.envs.hypergrid_env.HyperGridEnv``.
 
 States are integer points of {0, ..., H-1}^D; every trajectory starts at the origin. There are
 D + 1 actions: "+1 on dimension d" for d < D, masked when coordinate d is already H - 1, and
@@ -16,7 +16,7 @@ R(x) / sum R: ``target_distribution`` gives that exactly (H^D terminal states), 
 A trajectory that makes n moves has n + 1 actions (the last is exit); the longest has
 D (H - 1) moves, so every trajectory fits in ``max_actions = D (H - 1) + 1`` steps.
 
-``HyperGridEnv`` plays one trajectory as one episode, gymnax style, with ``HyperGrid`` as its
+``hypergrid_env.HyperGridEnv`` plays one trajectory as one episode, gymnax style, with ``HyperGrid`` as its
 params: ``reset`` puts the state at the origin; ``step`` moves (reward 0) or exits (reward R(x),
 terminated); ``action_mask`` is ``forward_mask``. Trainers batch trajectories as ``Trajectories``
 and report their learning curve with ``l1_curve``.
@@ -30,7 +30,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from gymnax.environments import environment, spaces
 
 EPSILON = 1e-6  # guards the strict float comparisons of the reward bands
 
@@ -183,65 +182,3 @@ class Trajectories(NamedTuple):
     actions: jax.Array  # [B, T] int32
     lengths: jax.Array  # [B] int32
     log_rewards: jax.Array  # [B] float32
-
-
-# ----------------------------------------------------------------------------------------------
-# One trajectory as one episode of a gymnax environment, built on the functions above.
-
-
-@struct.dataclass
-class HyperGridState:
-    position: jax.Array  # [D] int32, the current point
-    time: jax.Array  # [] int32, actions taken this episode
-
-
-class HyperGridEnv(environment.Environment):
-    """HyperGrid as a gymnax environment, with a ``HyperGrid`` as its params.
-
-    ``reset(key, grid)`` starts at the origin. ``step(key, state, action, grid)``: "+1 on d"
-    (``step``) gives reward 0; exit (action D) gives R(x) (``reward``) and terminates, and then
-    ``step`` resets by itself (gymnax; ``info["final_observation"]`` encodes x). An illegal move
-    (coordinate d already H - 1; see ``action_mask``) leaves the state as it is, gives reward 0
-    and ``info["invalid_action"]``; an episode is truncated after ``max_actions`` actions, which
-    legal play never reaches without exiting. Observation: ``encode(grid, position)``, [D * H]
-    float32. The key is not used: the game is deterministic.
-    """
-
-    default_params = HyperGrid()
-    name = "HyperGrid-v0"
-    num_actions = default_params.num_actions  # the default grid's (``action_space(grid).n`` for another one)
-
-    def action_space(self, params: HyperGrid | None = None) -> spaces.Discrete:
-        params = self.default_params if params is None else params
-        return spaces.Discrete(params.num_actions)
-
-    def observation_space(self, params: HyperGrid) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (params.ndim * params.height,), jnp.float32)
-
-    def reset_env(self, key: jax.Array, params: HyperGrid) -> tuple[jax.Array, HyperGridState]:
-        state = HyperGridState(position=jnp.zeros(params.ndim, jnp.int32), time=jnp.int32(0))
-        return self.get_obs(state, params), state
-
-    def action_mask(self, state: HyperGridState, params: HyperGrid | None = None) -> jax.Array:
-        """[D + 1] bool: ``forward_mask`` of the current point."""
-        params = self.default_params if params is None else params
-        return forward_mask(params, state.position)
-
-    def step_env(
-        self, key: jax.Array, state: HyperGridState, action: jax.Array, params: HyperGrid
-    ) -> tuple[jax.Array, HyperGridState, jax.Array, jax.Array, dict[str, Any]]:
-        action = jnp.asarray(action, jnp.int32)
-        legal = self.action_mask(state, params)[action]
-        exiting = action == params.exit_action  # always legal
-        position = jnp.where(legal, step(params, state.position, action), state.position)
-        gain = jnp.where(exiting, reward(params, state.position), 0.0).astype(jnp.float32)
-        new_state = HyperGridState(position=position, time=state.time + 1)
-        return self.get_obs(new_state, params), new_state, gain, exiting, {"invalid_action": ~legal}
-
-    def is_terminal(self, state: HyperGridState, params: HyperGrid) -> jax.Array:
-        # Only the exit action terminates, and step_env reports that itself.
-        return jnp.bool_(False)
-
-    def get_obs(self, state: HyperGridState, params: HyperGrid | None = None, key: jax.Array | None = None) -> jax.Array:
-        params = self.default_params if params is None else params
-        return encode(params, state.position)

@@ -1,5 +1,5 @@
-"""Treasurehunt: the multi-agent gridworld of the IQN port, as pure JAX functions (jit/vmap/scan-able)
-and as a gymnax environment (``Treasurehunt``) built on them.
+"""Treasurehunt: the multi-agent gridworld of the IQN port, as pure JAX functions (jit/vmap/scan-able);
+the gymnax environment built on them is ``labcore.envs.treasurehunt_env.Treasurehunt``.
 
 The world is an H x W grid (10 x 10 by default) with two layers. The border is WALL on both
 layers (impassable, value ``wall_value`` = -1). Inside, the bottom layer is SAND and the top
@@ -56,7 +56,7 @@ Running one turn inside ``lax.scan`` (the state is a pytree of arrays, params ar
 Every function works on one world; ``jax.vmap`` over a leading world axis of ``WorldState`` (with
 ``params`` closed over or passed unbatched) runs many worlds at once.
 
-The same turn, gymnax style (``Treasurehunt``; every agent acts in one ``step``)::
+The same turn, gymnax style (``treasurehunt_env.Treasurehunt``; every agent acts in one ``step``)::
 
     env = Treasurehunt()
     obs, state = env.reset(key, params)                                      # after the first spawn
@@ -69,13 +69,10 @@ import dataclasses
 import math
 import numbers
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from gymnax.environments import environment, spaces
 
 # Entity kinds; the same numbers index the observation channels.
 EMPTY, WALL, SAND, GEM, AGENT = 0, 1, 2, 3, 4
@@ -285,52 +282,3 @@ def move_agents(state: WorldState, actions: jax.Array, params: TreasurehuntParam
 def gems_on_map(state: WorldState) -> jax.Array:
     """int32[]: gems currently lying on the map (for logging)."""
     return jnp.sum(state.top == GEM, dtype=jnp.int32)
-
-
-class Treasurehunt(environment.Environment):
-    """The world as a gymnax environment, with ``TreasurehuntParams`` as its params: every agent
-    acts in one ``step``, as in the turn loop of the module docstring.
-
-    ``reset(key, params)``: ``reset`` with the first half of ``split(key)``, then the first turn's
-    ``spawn_gems`` with ``spawn_uniforms`` of the second half. ``step(key, state, actions, params)``
-    ends the turn and starts the next one: ``move_agents``, then ``spawn_gems`` with
-    ``spawn_uniforms`` of the step's key (gymnax's ``step`` passes the first half of
-    ``split(key)``; ``step_env`` uses its key as given). Either way the returned observation,
-    ``observe`` of the state after the spawn, is the one the agents act on next: the same
-    observations, rewards and states as the free functions in that order.
-
-    actions int[n_agents] (each in ``action_space``: every action is always legal, a wall costs
-    ``wall_value``, so there is no ``action_mask``); observation f32[n_agents, obs_size]; rewards
-    f32[n_agents]. Never terminated; truncated after ``max_turns`` turns, when ``step`` resets by
-    itself. ``info["gems_collected"]``: gems picked up this step.
-    """
-
-    default_params = TreasurehuntParams()
-    name = "Treasurehunt-v0"
-    num_actions = len(ACTIONS)  # each agent's
-
-    def action_space(self, params: TreasurehuntParams | None = None) -> spaces.Discrete:
-        """Each agent's actions (``step`` takes one per agent)."""
-        return spaces.Discrete(len(ACTIONS))
-
-    def observation_space(self, params: TreasurehuntParams) -> spaces.Box:
-        return spaces.Box(0.0, 2.0, (params.n_agents, obs_size(params)), jnp.float32)
-
-    def reset_env(self, key: jax.Array, params: TreasurehuntParams) -> tuple[jax.Array, WorldState]:
-        world_key, spawn_key = jax.random.split(key)
-        state = spawn_gems(reset(world_key, params), spawn_uniforms(spawn_key, params), params)
-        return observe(state, params), state
-
-    def step_env(
-        self, key: jax.Array, state: WorldState, action: jax.Array, params: TreasurehuntParams
-    ) -> tuple[jax.Array, WorldState, jax.Array, jax.Array, dict[str, Any]]:
-        moved, rewards = move_agents(state, action, params)
-        collected = gems_on_map(state) - gems_on_map(moved)
-        state = spawn_gems(moved, spawn_uniforms(key, params), params)
-        return observe(state, params), state, rewards, jnp.bool_(False), {"gems_collected": collected}
-
-    def is_truncated(self, state: WorldState, params: TreasurehuntParams) -> jax.Array:
-        return state.turn >= params.max_turns
-
-    def is_terminal(self, state: WorldState, params: TreasurehuntParams) -> jax.Array:
-        return jnp.bool_(False)

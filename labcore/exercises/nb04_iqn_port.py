@@ -27,10 +27,10 @@ def _noisy_linear_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _noisy_linear_torch(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic: bool):
-    """The PyTorch reference layer (labcore.torch_ref.irainbow.NoisyLinear) with these weights and this draw."""
+    """The PyTorch reference layer (labcore.torch_ref.irainbow_network.NoisyLinear) with these weights and this draw."""
     import torch
 
-    from labcore.torch_ref import irainbow
+    from labcore.torch_ref import irainbow_network as irainbow
 
     n_in, n_out = kernel.shape
     layer = irainbow.NoisyLinear(n_in, n_out)
@@ -98,11 +98,12 @@ def _current_state_reference(states, idx, n_frames):
     import jax.numpy as jnp
 
     from labcore.agents.iqn import core as iqn
+    from labcore.agents.iqn import frame_buffer as fb
 
     capacity, obs = states.shape
-    config = iqn.IQNConfig(obs_size=obs, n_frames=n_frames, memory=capacity, batch_size=1)
-    buf = iqn.buffer_init(config).replace(states=jnp.asarray(states), idx=jnp.int32(idx), size=jnp.int32(capacity))
-    return iqn.buffer_current_state(buf, config)
+    config = iqn.IQNConfig(obs_size=obs, n_frames=n_frames, buffer_size=capacity, batch_size=1)
+    buf = fb.buffer_init(config).replace(states=jnp.asarray(states), idx=jnp.int32(idx), size=jnp.int32(capacity))
+    return fb.buffer_current_state(buf, config)
 
 
 def _run_with_static_frames(current_state):

@@ -1,1 +1,2 @@
-"""Neural networks: Haiku Q-networks for DQN (Flax modules join as later notebooks need them)."""
+"""Neural networks: Haiku Q-networks for DQN (q_networks); Flax Linen modules for PPO (actor_critic)
+and the IQN port (noisy, iqn)."""

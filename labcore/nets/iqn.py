@@ -13,7 +13,7 @@ layers use ``labcore.nets.noisy.NoisyLinear``'s own initialisation.
 
 The parameter names ('head1', 'cos_embedding', 'ff_1', 'advantage', 'value', each holding
 'kernel' [in, out] and 'bias' [out], the noisy ones also 'sigma_kernel' and 'sigma_bias') are
-fixed: ``labcore.torch_ref.irainbow``'s bridge copies PyTorch weights into exactly these leaves.
+fixed: ``labcore.torch_ref.irainbow_network``'s bridge copies PyTorch weights into exactly these leaves.
 
 Everything goes through ``apply``: ``q_values`` below calls the ``get_qvalues`` method with
 ``method=IQN.get_qvalues``, and noisy (training-mode) calls take ``rngs={'noise': key}``.

@@ -1,1 +1,12 @@
-"""dqn: see labcore.agents for the modules of this package."""
+"""dqn: DQN (Mnih et al. 2015) and the ways labcore runs it.
+
+* ``core``: ``DQNConfig`` (with the Nature Atari settings), epsilon-greedy acting, the loss and
+  the jitted update;
+* ``host_loop``: gymnasium envs stepped in Python (CartPole, Atari), greedy evaluation,
+  checkpoints and exact resume;
+* ``frame_replay``: the Atari replay buffer that stores each frame once;
+* ``scan``: the whole of training in one ``lax.scan`` over gymnax envs, vmappable over seeds;
+* ``data_parallel``: one update over a device mesh, three ways (pmap, shard_map, jit with shardings);
+* ``multi_process``: data-parallel DQN over every device of every process of a cluster;
+* ``actor_learner``: actor processes feeding one learner, with the policy's staleness measured.
+"""

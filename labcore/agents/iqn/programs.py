@@ -59,11 +59,11 @@ class EpochKeys(NamedTuple):
     learn: jax.Array
 
 
-def world_keys(seed: int, n_worlds: int) -> jax.Array:
-    """[n_worlds] keys, world w's = fold_in(key(seed), w): independent of n_worlds, so world w of
+def world_keys(seed: int, num_worlds: int) -> jax.Array:
+    """[num_worlds] keys, world w's = fold_in(key(seed), w): independent of num_worlds, so world w of
     a many-world run is the single-world run with that key."""
     root = jax.random.key(seed)
-    return jax.vmap(lambda w: jax.random.fold_in(root, w))(jnp.arange(n_worlds, dtype=jnp.uint32))
+    return jax.vmap(lambda w: jax.random.fold_in(root, w))(jnp.arange(num_worlds, dtype=jnp.uint32))
 
 
 def epoch_keys(run_key: jax.Array, epoch: jax.Array | int, n_agents: int, max_turns: int) -> EpochKeys:
@@ -232,8 +232,8 @@ def fused_epoch(runs: WorldRun, agent_config: iqn.IQNConfig, world_params: th.Tr
     agents = agents.replace(buffer=buffers)
     epsilon = agents.epsilon
     if train:
-        n_worlds = runs.epoch.shape[0]
-        flat, learn_keys = jax.tree_util.tree_map(lambda leaf: leaf.reshape(n_worlds * n, *leaf.shape[2:]),
+        num_worlds = runs.epoch.shape[0]
+        flat, learn_keys = jax.tree_util.tree_map(lambda leaf: leaf.reshape(num_worlds * n, *leaf.shape[2:]),
                                                   (agents, keys.learn))
 
         def learn_one(i: jax.Array, carry: tuple[iqn.AgentState, jax.Array]) -> tuple[iqn.AgentState, jax.Array]:
@@ -249,8 +249,8 @@ def fused_epoch(runs: WorldRun, agent_config: iqn.IQNConfig, world_params: th.Tr
             flat = flat.replace(params=params, target_params=target_params, opt_state=opt_state)
             return flat, losses.at[i].set(loss)
 
-        flat, losses = jax.lax.fori_loop(0, n_worlds * n, learn_one, (flat, jnp.zeros((n_worlds * n,), jnp.float32)))
-        agents, losses = jax.tree_util.tree_map(lambda leaf: leaf.reshape(n_worlds, n, *leaf.shape[1:]), (flat, losses))
+        flat, losses = jax.lax.fori_loop(0, num_worlds * n, learn_one, (flat, jnp.zeros((num_worlds * n,), jnp.float32)))
+        agents, losses = jax.tree_util.tree_map(lambda leaf: leaf.reshape(num_worlds, n, *leaf.shape[1:]), (flat, losses))
         agents = jax.vmap(functools.partial(end_epoch_all, agent_config=agent_config))(agents)
     else:
         losses = jnp.full(epsilon.shape, jnp.nan, jnp.float32)

@@ -10,7 +10,7 @@
 game and the same metrics in every mode).
 
 Metrics: one row per epoch with the same columns in every mode (``METRIC_COLUMNS``): ``epoch``;
-``gems`` (gems collected in the epoch, summed over agents; the mean over worlds when n_worlds > 1)
+``gems`` (gems collected in the epoch, summed over agents; the mean over worlds when num_worlds > 1)
 and ``gems_per_world`` (a list, one value per world); ``mean_reward`` (an agent's summed reward in
 the epoch, averaged over agents and worlds); ``loss`` (mean over the agents that trained this epoch;
 None before the buffers allow training); ``epsilon`` (the value used during the epoch, before its
@@ -19,8 +19,8 @@ decay); ``epoch_seconds`` (wall time; for ``epochs_per_call`` > 1 the call's tim
 A run directory is a ``labcore.runs.RunDir``: ``config.json`` (``IQNRunConfig.as_dict()``),
 ``metrics.jsonl`` / ``metrics.csv``, ``metrics.png``, ``summary.json`` and ``checkpoints/``
 (orbax): the agents' local parameters at the end, as checkpoint step ``epochs``, in the Flax
-layout of ``labcore.nets.iqn.IQN`` with a leading agent axis ([n_agents, ...]; [n_worlds,
-n_agents, ...] when n_worlds > 1) and the config as metadata. Every mode's checkpoint has the
+layout of ``labcore.nets.iqn.IQN`` with a leading agent axis ([n_agents, ...]; [num_worlds,
+n_agents, ...] when num_worlds > 1) and the config as metadata. Every mode's checkpoint has the
 same layout (the pytorch mode converts its networks with the bridge ``iqn_params_to_flax``), so
 any of them can be evaluated by the JAX code.
 """
@@ -53,7 +53,7 @@ PLOTTED = ("gems", "mean_reward", "loss", "epsilon")
 class IQNRunResult(NamedTuple):
     config: IQNRunConfig
     metrics: list[dict[str, Any]]  # one row per epoch, METRIC_COLUMNS
-    params: Any  # the agents' local params, Flax layout, [n_agents, ...] ([n_worlds, n_agents, ...] if n_worlds > 1)
+    params: Any  # the agents' local params, Flax layout, [n_agents, ...] ([num_worlds, n_agents, ...] if num_worlds > 1)
     summary: dict[str, Any]
 
 
@@ -121,7 +121,7 @@ def summarize(config: IQNRunConfig, rows: list[dict[str, Any]], compile_s: float
     return {
         "mode": config.mode,
         "epochs": len(rows),
-        "n_worlds": config.n_worlds,
+        "num_worlds": config.num_worlds,
         "n_agents": config.world.n_agents,
         "compile_s": round(compile_s, 3),
         "run_s": round(run_s, 3),
@@ -137,7 +137,7 @@ def plot_run(rows: list[dict[str, Any]], config: IQNRunConfig):
     """The run's metrics.png: gems, mean reward, loss and epsilon per epoch (a matplotlib figure)."""
     from labcore.logging import plot_metrics
 
-    worlds = f", {config.n_worlds} worlds" if config.n_worlds > 1 else ""
+    worlds = f", {config.num_worlds} worlds" if config.num_worlds > 1 else ""
     return plot_metrics(rows, PLOTTED, x_key="epoch",
                         title=f"IQN treasurehunt ({config.mode}, {config.world.n_agents} agents{worlds})")
 
@@ -147,11 +147,11 @@ def plot_run(rows: list[dict[str, Any]], config: IQNRunConfig):
 
 
 def params_shape(config: IQNRunConfig) -> Any:
-    """ShapeDtypeStructs of a run's stacked params: [n_agents, ...] ([n_worlds, n_agents, ...] if n_worlds > 1)."""
+    """ShapeDtypeStructs of a run's stacked params: [n_agents, ...] ([num_worlds, n_agents, ...] if num_worlds > 1)."""
     def build() -> Any:
         params = iqn.init_agents(jax.random.key(0), config.agent, config.world.n_agents).params
-        if config.n_worlds > 1:
-            params = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (config.n_worlds, *leaf.shape)), params)
+        if config.num_worlds > 1:
+            params = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (config.num_worlds, *leaf.shape)), params)
         return params
 
     return jax.eval_shape(build)
@@ -160,13 +160,13 @@ def params_shape(config: IQNRunConfig) -> Any:
 def check_params(params: Any, config: IQNRunConfig) -> None:
     """ValueError unless ``params`` are a run's stacked params for ``config`` (hidden size, obs size,
     agent count, world count); the message names the leaf and both shapes (``iqn.check_params_shape``)."""
-    if config.n_worlds > 1:
+    if config.num_worlds > 1:
         for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
             shape = tuple(np.shape(leaf))
-            if not shape or shape[0] != config.n_worlds:
+            if not shape or shape[0] != config.num_worlds:
                 name = "/".join(str(getattr(part, "key", part)) for part in path)
                 raise ValueError(f"params leaf {name!r} has shape {shape}, but the config expects a leading axis of "
-                                 f"n_worlds = {config.n_worlds}")
+                                 f"num_worlds = {config.num_worlds}")
         params = jax.tree_util.tree_map(lambda leaf: leaf[0], params)
     iqn.check_params_shape(params, config.agent, n_agents=config.world.n_agents)
 
@@ -226,14 +226,14 @@ def evaluate(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = 10
     c, w = config.agent, config.world
     # Fresh arrays (the call donates its state, and the caller keeps its params).
     params = jax.tree_util.tree_map(lambda leaf: jnp.array(leaf, jnp.float32, copy=True), params)
-    if config.n_worlds == 1:
+    if config.num_worlds == 1:
         params = jax.tree_util.tree_map(lambda leaf: leaf[None], params)
-    shape = (config.n_worlds, w.n_agents)
+    shape = (config.num_worlds, w.n_agents)
     buffer = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (*shape, *leaf.shape)), fb.buffer_init(c))
     agents = iqn.AgentState(params=params, target_params=own_buffers(params), opt_state=None, buffer=buffer,
                             epsilon=jnp.full(shape, epsilon, jnp.float32))
-    run_keys = jax.vmap(lambda key: jax.random.split(key)[1])(world_keys(seed, config.n_worlds))
-    runs = WorldRun(agents=agents, run_key=run_keys, epoch=jnp.zeros((config.n_worlds,), jnp.int32))
+    run_keys = jax.vmap(lambda key: jax.random.split(key)[1])(world_keys(seed, config.num_worlds))
+    runs = WorldRun(agents=agents, run_key=run_keys, epoch=jnp.zeros((config.num_worlds,), jnp.int32))
     _, stats = fused_epochs(runs, epochs, agent_config=c, world_params=w, n_epochs=epochs, train=False)
     gems = np.asarray(stats.gems)  # [epochs, W]
     return {"gems": gems.mean(axis=1).tolist(), "gems_per_world": gems.tolist(),

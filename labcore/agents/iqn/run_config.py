@@ -6,7 +6,7 @@
     config.agent.hidden_size, config.world.height                 # 64, 8
     config.hidden_size, config.height                             # the same values, by their flat names
 
-It is composed, not a copy: the run's own fields (``mode``, ``epochs``, ``seed``, ``n_worlds``,
+It is composed, not a copy: the run's own fields (``mode``, ``epochs``, ``seed``, ``num_worlds``,
 ``epochs_per_call``), the world (``world``: ``labcore.envs.treasurehunt.TreasurehuntParams``) and the
 settings every agent shares (``agent``: ``labcore.agents.iqn.core.IQNConfig``). Each default is
 defined once, in its own class. The world decides two of the agent's fields, the observation width
@@ -36,7 +36,7 @@ from labcore.agents.iqn.core import IQNConfig
 from labcore.envs import treasurehunt as th
 
 MODES = ("pytorch", "jax_sequential", "jax_parallel", "jax_fused")
-RUN_FIELDS = ("mode", "epochs", "seed", "n_worlds", "epochs_per_call")
+RUN_FIELDS = ("mode", "epochs", "seed", "num_worlds", "epochs_per_call")
 # The agent fields the world decides (the observation width and the four moves).
 WORLD_DECIDES = ("obs_size", "n_actions")
 WORLD_FIELDS = tuple(field.name for field in dataclasses.fields(th.TreasurehuntParams))
@@ -56,7 +56,7 @@ class IQNRunConfig:
     mode: str = "jax_fused"
     epochs: int = 1000
     seed: int = 0
-    n_worlds: int = 1  # independent worlds, each with its own agents (jax_fused only)
+    num_worlds: int = 1  # independent worlds, each with its own agents (jax_fused only)
     epochs_per_call: int = 1  # epochs per compiled call (jax_fused only)
     world: th.TreasurehuntParams = th.TreasurehuntParams()
     agent: IQNConfig = IQNConfig()  # obs_size and n_actions: the world's
@@ -69,8 +69,8 @@ class IQNRunConfig:
     # v5e chip's 16 GiB; large GPUs keep the config. The names are flat fields.
     DEVICE_SIZES = devices.DeviceSizes(
         limits={kind: {**IQNConfig.DEVICE_SIZES.limits[kind], **worlds} for kind, worlds in {
-            "cpu": {"n_worlds": 4}, "gpu-small": {"n_worlds": 32}, "gpu-t4": {"n_worlds": 64}, "gpu": {},
-            "tpu": {"n_worlds": 128}}.items()}
+            "cpu": {"num_worlds": 4}, "gpu-small": {"num_worlds": 32}, "gpu-t4": {"num_worlds": 64}, "gpu": {},
+            "tpu": {"num_worlds": 128}}.items()}
     )
 
     def __init__(self, **fields: Any) -> None:
@@ -103,12 +103,12 @@ class IQNRunConfig:
 
     def _check_run_fields(self) -> None:
         validation.require_choice(self, "mode", MODES)
-        validation.require_ints(self, "epochs", "n_worlds", "epochs_per_call", minimum=1)
+        validation.require_ints(self, "epochs", "num_worlds", "epochs_per_call", minimum=1)
         validation.require_ints(self, "seed", minimum=0)
         # Only the fused mode runs several worlds or several epochs per call; elsewhere the setting
         # would silently do nothing, so it is an error.
         require = validation.requirer(self)
-        require(self.n_worlds == 1 or self.mode == "jax_fused", "n_worlds",
+        require(self.num_worlds == 1 or self.mode == "jax_fused", "num_worlds",
                 f"1 in mode {self.mode!r} (several worlds run only in mode 'jax_fused')")
         require(self.epochs_per_call == 1 or self.mode == "jax_fused", "epochs_per_call",
                 f"1 in mode {self.mode!r} (only mode 'jax_fused' runs several epochs per call)")

@@ -24,14 +24,14 @@ The modes (``IQNRunConfig.mode``, ``RUNNERS``):
   vmapped ``learn``.
 * ``jax_fused`` (``JaxFusedRunner``): a whole epoch (reset, the turns as a ``lax.scan``, buffer
   writes, the train steps, epsilon decay) is one jitted function, acting vmapped over agents, the
-  whole epoch vmapped over ``n_worlds`` independent worlds (each with its own agents);
+  whole epoch vmapped over ``num_worlds`` independent worlds (each with its own agents);
   ``epochs_per_call`` epochs per call (a scan over epochs) remove the per-epoch dispatch. The state
   is donated, so the replay buffers are updated in place. The train steps run one agent after
   another inside the program (``programs.fused_epoch`` says why).
 
 The three JAX modes share the key schedule of ``labcore.agents.iqn.programs`` and play the same
 game. Every runner's ``params()`` are the agents' local parameters in the Flax layout of
-``labcore.nets.iqn.IQN``, stacked ([n_agents, ...]; [n_worlds, n_agents, ...] when n_worlds > 1):
+``labcore.nets.iqn.IQN``, stacked ([n_agents, ...]; [num_worlds, n_agents, ...] when num_worlds > 1):
 the pytorch mode converts its networks with the bridge ``iqn_params_to_flax``.
 """
 
@@ -299,16 +299,16 @@ class JaxParallelRunner:
 
 
 class JaxFusedRunner:
-    """Whole epochs of ``n_worlds`` worlds in one compiled call (``fused_epochs``), the state donated."""
+    """Whole epochs of ``num_worlds`` worlds in one compiled call (``fused_epochs``), the state donated."""
 
     def __init__(self, config: IQNRunConfig, keys: jax.Array | None = None) -> None:
-        """keys: [n_worlds] world keys (default ``world_keys(seed, n_worlds)``); tests pass
+        """keys: [num_worlds] world keys (default ``world_keys(seed, num_worlds)``); tests pass
         ``world_keys(seed, n)[w:w + 1]`` to replay world w of an n-world run on its own."""
         self.config = config
         self.epochs_per_call = config.epochs_per_call
-        keys = world_keys(config.seed, config.n_worlds) if keys is None else keys
-        if keys.shape != (config.n_worlds,):
-            raise ValueError(f"keys must have shape (n_worlds,) = ({config.n_worlds},), got {keys.shape}")
+        keys = world_keys(config.seed, config.num_worlds) if keys is None else keys
+        if keys.shape != (config.num_worlds,):
+            raise ValueError(f"keys must have shape (num_worlds,) = ({config.num_worlds},), got {keys.shape}")
         self.runs = own_buffers(init_world_runs(keys, config.agent, config.world.n_agents))
         self._compiled: dict[int, Any] = {}
         self.compile_s = 0.0
@@ -340,7 +340,7 @@ class JaxFusedRunner:
 
     def params(self) -> Any:
         params = self.runs.agents.params
-        return jax.tree_util.tree_map(lambda leaf: leaf[0], params) if self.config.n_worlds == 1 else params
+        return jax.tree_util.tree_map(lambda leaf: leaf[0], params) if self.config.num_worlds == 1 else params
 
 
 RUNNERS = {"pytorch": PytorchRunner, "jax_sequential": JaxSequentialRunner, "jax_parallel": JaxParallelRunner,

@@ -20,10 +20,10 @@ from labcore.agents.iqn.runners import JaxFusedRunner, Runner
 N_COS = 64  # the IQN's cosine features (labcore.nets.iqn.IQN.n_cos)
 
 
-def timing_config(mode: str, n_worlds: int = 1, epochs_per_call: int = 1) -> IQNRunConfig:
+def timing_config(mode: str, num_worlds: int = 1, epochs_per_call: int = 1) -> IQNRunConfig:
     """The reference configuration with epsilon 0, so that every act runs the ``n_tau_act``-tau forward
     in every mode (PyTorch would skip it for a random action; JAX computes it either way)."""
-    return IQNRunConfig(mode=mode, n_worlds=n_worlds, epochs_per_call=epochs_per_call, epsilon_start=0.0,
+    return IQNRunConfig(mode=mode, num_worlds=num_worlds, epochs_per_call=epochs_per_call, epsilon_start=0.0,
                         epsilon_end=0.0)
 
 
