@@ -601,3 +601,73 @@ def test_tf32_reference_agrees_with_xla_reduce_precision():
 
 def test_fit_minibatches_rejects_gcd_on_a_known_case():
     assert exercises.get("fit_minibatches").reference(32, 64, 6) == 4  # gcd(2048, 6) would say 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Tolerances that accept every correct form, device counts that cannot hide a missing collective,
+# and the learner's progress.
+def pairwise_by_expansion(a, b):
+    return (a**2).sum(-1)[:, None] + (b**2).sum(-1)[None, :] - 2 * a @ b.T
+
+
+def pairwise_not_squared(a, b):
+    return jnp.sqrt(pairwise_right(a, b))
+
+
+def pairwise_mean_not_sum(a, b):
+    return ((a[:, None, :] - b[None, :, :]) ** 2).mean(-1)
+
+
+def test_pairwise_accepts_the_expansion_form_despite_float32_cancellation():
+    with jax.default_matmul_precision("float32"):
+        for seed in range(20):
+            assert exercises.check("pairwise_squared_distances", pairwise_by_expansion, seed=seed, verbose=False), seed
+        for wrong in (pairwise_not_squared, pairwise_mean_not_sum, pairwise_transposed):
+            assert not exercises.check("pairwise_squared_distances", wrong, seed=0, verbose=False), wrong.__name__
+
+
+def test_pmean_update_needs_its_pmean_on_a_single_device_too():
+    # A process with one CPU device: pmap would run one replica, whose local gradient is the whole
+    # batch's, so the checker must run several replicas another way and still catch the missing pmean.
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from labcore import exercises
+        assert jax.device_count() == 1, jax.devices()
+        def right(w, xs, ys, lr):
+            return w - lr * jax.lax.pmean(xs.T @ (xs @ w - ys) / xs.shape[0], exercises.PMEAN_AXIS)
+        def local_only(w, xs, ys, lr):
+            return w - lr * xs.T @ (xs @ w - ys) / xs.shape[0]
+        assert exercises.check("pmean_update", right, seed=0, verbose=False)
+        assert exercises.check("pmean_update", right, seed=1, verbose=False)
+        assert not exercises.check("pmean_update", local_only, seed=0, verbose=False)
+        print("ok")
+    """)
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_progress_reports_each_exercise_by_notebook(monkeypatch, capsys):
+    from labcore import losses
+    from labcore.exercises import checking
+
+    monkeypatch.setattr(checking, "_RESULTS", {})
+    assert set(exercises.progress(verbose=False).values()) == {"not tried"}
+    assert list(exercises.progress(verbose=False)) == exercises.names()
+    exercises.check("huber_loss", losses.huber_loss, seed=0, verbose=False)
+    exercises.check("epsilon_schedule", lambda step, start, end, duration: start, seed=0, verbose=False)
+    notebook_01 = exercises.progress("01", verbose=False)
+    assert notebook_01 == exercises.progress("nb01_haiku_dqn", verbose=False)
+    assert notebook_01 == {"replay_sample": "not tried", "epsilon_schedule": "failed", "huber_loss": "passed"}
+    capsys.readouterr()
+    exercises.progress("01")
+    printed = capsys.readouterr().out
+    assert "nb01_haiku_dqn: 1 of 3 passed" in printed and "[x] huber_loss" in printed and "[!] epsilon_schedule" in printed
+    with pytest.raises(ValueError, match="nb00_jax_primitives"):
+        exercises.progress("99")

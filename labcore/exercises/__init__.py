@@ -17,17 +17,18 @@ one shape fails.
 ``nbNN_*`` module holds the exercises of notebook NN, and is registered here in
 notebook order, so ``names()`` lists the exercises in the order a reader meets them.
 
-``python -m labcore exercises`` lists every exercise.
+``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
+notebook. ``python -m labcore exercises`` lists every exercise.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from labcore.exercises.checking import Exercise, InputMaker, check, first_mismatch, get, names, register
+from labcore.exercises.checking import Exercise, InputMaker, check, first_mismatch, get, names, progress, register
 from labcore.exercises.nb02_jit_vmap_pmap import PMEAN_AXIS
 
-__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "names", "register"]
+__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "names", "progress", "register"]
 
 # Notebook order: names() lists the exercises in the order a reader meets them.
 NOTEBOOK_MODULES = tuple(
@@ -40,5 +41,5 @@ NOTEBOOK_MODULES = tuple(
 
 for _module in NOTEBOOK_MODULES:
     for _exercise in _module.catalogue():
-        register(_exercise)
+        register(_exercise, notebook=_module.__name__.rpartition(".")[2])
 del _module, _exercise

@@ -34,15 +34,20 @@ class Exercise:
 
 
 _REGISTRY: dict[str, Exercise] = {}
+_NOTEBOOK_OF: dict[str, str] = {}  # exercise name -> the notebook that sets it
+_RESULTS: dict[str, bool] = {}  # exercise name -> whether its latest check in this process passed
 
 
-def register(exercise: Exercise) -> Exercise:
-    """Add an exercise to the catalogue (names are unique)."""
+def register(exercise: Exercise, notebook: str | None = None) -> Exercise:
+    """Add an exercise to the catalogue (names are unique); ``notebook`` names the lesson that
+    sets it, for ``progress``."""
     if exercise.name in _REGISTRY:
         raise ValueError(f"exercise {exercise.name!r} is already registered")
     if exercise.trials < 1:
         raise ValueError(f"exercise {exercise.name!r}: trials must be >= 1, got {exercise.trials}")
     _REGISTRY[exercise.name] = exercise
+    if notebook is not None:
+        _NOTEBOOK_OF[exercise.name] = notebook
     return exercise
 
 
@@ -141,6 +146,7 @@ def check(
     n_trials = exercise.trials if trials is None else trials
 
     def report(ok: bool, message: str) -> bool:
+        _RESULTS[name] = ok
         if verbose:
             print(message)
         return ok
@@ -169,6 +175,33 @@ def check(
                 )
     checked = " and under jax.jit" if exercise.jit else ""
     return report(True, f"PASS  {name}: matches the reference on {n_trials} random inputs{checked}.")
+
+
+def progress(notebook: str | None = None, verbose: bool = True) -> dict[str, str]:
+    """Where the learner stands: each exercise's latest result in this Python process.
+
+    Returns {name: 'passed' | 'failed' | 'not tried'} in notebook order, for every exercise or for
+    those of ``notebook`` (a notebook module's name such as 'nb01_haiku_dqn', or its number '01').
+    verbose prints one line per notebook with its count, then each exercise. Results live in
+    memory: a restarted kernel starts again from 'not tried'.
+    """
+    chosen = [
+        name for name in names()
+        if notebook is None or _NOTEBOOK_OF.get(name, "") == notebook or _NOTEBOOK_OF.get(name, "")[2:4] == notebook
+    ]
+    if notebook is not None and not chosen:
+        known = sorted(set(_NOTEBOOK_OF.values()))
+        raise ValueError(f"no exercises for notebook {notebook!r}; notebooks with exercises: {', '.join(known)}")
+    states = {name: "not tried" if name not in _RESULTS else "passed" if _RESULTS[name] else "failed" for name in chosen}
+    if verbose:
+        for lesson in dict.fromkeys(_NOTEBOOK_OF.get(name, "other") for name in chosen):
+            mine = [name for name in chosen if _NOTEBOOK_OF.get(name, "other") == lesson]
+            done = sum(states[name] == "passed" for name in mine)
+            print(f"{lesson}: {done} of {len(mine)} passed")
+            for name in mine:
+                mark = {"passed": "x", "failed": "!", "not tried": " "}[states[name]]
+                print(f"  [{mark}] {name}")
+    return states
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,15 +39,21 @@ def _per_example_grads_reference(w, b, xs, ys):
     return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(w, xs, ys)
 
 
-def _pmean_devices() -> int:
+# Replicas the pmean'd step runs on. With one device a single replica's local gradient IS the whole
+# batch's, so an answer without its pmean would pass; the checker then runs the replicas with
+# jax.vmap under the same axis name instead (collectives mean the same there), 4 side by side.
+REPLICAS_ON_ONE_DEVICE = 4
+
+
+def _pmean_replicas() -> int:
     import jax
 
-    return min(4, jax.device_count())
+    return min(4, jax.device_count()) if jax.device_count() >= 2 else REPLICAS_ON_ONE_DEVICE
 
 
 def _pmean_step_inputs(rng: np.random.Generator) -> tuple:
     features = int(rng.integers(2, 9))
-    batch = _pmean_devices() * int(rng.integers(2, 9))
+    batch = _pmean_replicas() * int(rng.integers(2, 9))
     return (
         rng.normal(size=(features,)).astype(np.float32),
         rng.normal(size=(batch, features)).astype(np.float32),
@@ -68,23 +74,23 @@ def _pmean_step_reference(w, xs, ys, learning_rate):
     """The single-device step on the whole batch, as every replica should return it: [n, D]."""
     import jax.numpy as jnp
 
-    return jnp.broadcast_to(_mse_sgd_step(w, xs, ys, learning_rate), (_pmean_devices(), *w.shape))
+    return jnp.broadcast_to(_mse_sgd_step(w, xs, ys, learning_rate), (_pmean_replicas(), *w.shape))
 
 
 def _run_under_pmap(step):
-    """Shard the batch over the devices, run ``step`` with jax.pmap, return every replica's weights."""
+    """Shard the batch over the replicas, run ``step`` with jax.pmap (jax.vmap on one device, see
+    REPLICAS_ON_ONE_DEVICE), return every replica's weights."""
     import jax
 
     def run(w, xs, ys, learning_rate):
-        n = _pmean_devices()
+        n = _pmean_replicas()
         shard = lambda a: a.reshape(n, a.shape[0] // n, *a.shape[1:])  # noqa: E731
-        pmapped = jax.pmap(
-            lambda w, x, y: step(w, x, y, learning_rate),
-            axis_name=PMEAN_AXIS,
-            in_axes=(None, 0, 0),
-            devices=jax.devices()[:n],
-        )
-        return pmapped(w, shard(xs), shard(ys))
+        one_replica = lambda w, x, y: step(w, x, y, learning_rate)  # noqa: E731
+        if jax.device_count() >= 2:
+            replicas = jax.pmap(one_replica, axis_name=PMEAN_AXIS, in_axes=(None, 0, 0), devices=jax.devices()[:n])
+        else:
+            replicas = jax.vmap(one_replica, axis_name=PMEAN_AXIS, in_axes=(None, 0, 0))
+        return replicas(w, shard(xs), shard(ys))
 
     return run
 
