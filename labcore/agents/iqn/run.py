@@ -38,13 +38,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint
+from labcore import checkpoint, validation
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.agents.iqn.programs import WorldRun, fused_epochs, own_buffers, world_keys
 from labcore.agents.iqn.run_config import IQNRunConfig
 from labcore.agents.iqn.runners import EpochNumbers, make_runner
-from labcore.runs import CHECKPOINTS_NAME, RunDir, progress_bar
+from labcore.runs import RunDir, checkpoint_dir, progress_bar
 
 METRIC_COLUMNS = ("epoch", "gems", "gems_per_world", "mean_reward", "loss", "epsilon", "epoch_seconds")
 PLOTTED = ("gems", "mean_reward", "loss", "epsilon")
@@ -86,7 +86,7 @@ def run(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, log_ever
     of epochs between writes to the metrics files and progress-bar updates. A run_dir holding an
     earlier run is refused unless ``overwrite`` (which deletes that run's files, and only those).
     """
-    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
+    if not validation.is_int(log_every) or log_every < 1:
         raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
     folder = RunDir.open(run_dir, config, step_key="epoch", overwrite=overwrite)
     runner = make_runner(config)  # builds (and for the JAX modes compiles)
@@ -190,9 +190,7 @@ def load_checkpoint(path: str | os.PathLike, config: IQNRunConfig | None = None,
     """
     if config is not None and overrides:
         raise ValueError("load_checkpoint takes a config or overrides, not both")
-    directory = Path(path)
-    if (directory / CHECKPOINTS_NAME).is_dir():
-        directory = directory / CHECKPOINTS_NAME
+    directory = checkpoint_dir(path)
     if not directory.is_dir():
         raise FileNotFoundError(f"no checkpoint in {path}")
     metadata = checkpoint.restore_metadata(directory, step)
@@ -219,7 +217,7 @@ def evaluate(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = 10
     Returns gems per epoch (mean over worlds), gems per world and epoch, and the mean reward.
     """
     check_params(params, config)
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+    if not validation.is_int(epochs) or epochs < 1:
         raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
