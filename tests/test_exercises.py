@@ -411,8 +411,67 @@ NUMPY_REFERENCES_OF_JIT_EXERCISES = {"round_to_tf32", "bf16_matmul"}
 
 # ----------------------------------------------------------------------------------------------
 # The whole catalogue.
-def test_every_registered_exercise_is_covered_here():
-    assert set(RIGHT) == set(WRONG) == set(exercises.names())
+def test_every_registered_exercise_is_covered_here_or_by_its_own_solution_and_mistakes():
+    # An exercise is tested either by a right and a wrong answer here, or by the worked solution and
+    # the classic mistakes its catalogue entry carries (the tests below run those).
+    assert set(RIGHT) == set(WRONG)
+    self_covered = {name for name in exercises.names()
+                    if exercises.get(name).solution is not None and len(exercises.get(name).mistakes) >= 2}
+    assert set(exercises.names()) - self_covered <= set(RIGHT), sorted(set(exercises.names()) - self_covered - set(RIGHT))
+    assert set(RIGHT) <= set(exercises.names()), sorted(set(RIGHT) - set(exercises.names()))
+
+
+def test_every_exercise_has_a_worked_solution():
+    # The notebooks no longer print a solution under each exercise; solution(name) shows one.
+    missing = [name for name in exercises.names() if exercises.get(name).solution is None]
+    assert missing == []
+
+
+WITH_SOLUTIONS = [name for name in exercises.names() if exercises.get(name).solution is not None]
+WITH_MISTAKES = [(name, label) for name in exercises.names() for label, _ in exercises.get(name).mistakes]
+
+
+@pytest.mark.parametrize("name", WITH_SOLUTIONS)
+def test_worked_solution_passes_and_differs_from_the_reference(name):
+    exercise = exercises.get(name)
+    assert exercises.check(name, exercise.solution, seed=0, verbose=False)
+    assert exercises.check(name, exercise.solution, seed=1, verbose=False)
+    # Two different correct answers: the solution is written out, not the reference renamed.
+    import inspect
+
+    assert exercise.solution is not exercise.reference
+    assert inspect.getsource(exercise.solution) != inspect.getsource(exercise.reference)
+
+
+@pytest.mark.parametrize(("name", "label"), WITH_MISTAKES)
+def test_each_classic_mistake_fails_and_is_named(name, label, capsys):
+    wrong = dict(exercises.get(name).mistakes)[label]
+    assert exercises.check(name, wrong, seed=0) is False
+    out = capsys.readouterr().out
+    assert out.startswith(f"FAIL  {name}") and "classic mistake" in out, out
+
+
+@pytest.mark.parametrize("name", [n for n in exercises.names() if exercises.get(n).core])
+def test_core_exercises_reject_at_least_two_classic_mistakes(name):
+    assert len(exercises.get(name).mistakes) >= 2
+
+
+def test_solution_shows_the_source_and_returns_the_function(capsys):
+    name = WITH_SOLUTIONS[0]
+    returned = exercises.solution(name)
+    assert returned is exercises.get(name).solution
+    printed = capsys.readouterr().out
+    assert f"def {returned.__name__}(" in printed and "lines" in printed
+    with pytest.raises(ValueError, match="unknown exercise"):
+        exercises.solution("no_such_exercise")
+
+
+def test_a_core_exercise_without_two_mistakes_is_refused():
+    import dataclasses
+
+    base = exercises.get(WITH_SOLUTIONS[0])
+    with pytest.raises(ValueError, match="at least two mistakes"):
+        exercises.register(dataclasses.replace(base, name="core_without_mistakes", core=True, mistakes=()))
 
 
 def exercises_checked_by_each_notebook() -> dict[str, list[str]]:

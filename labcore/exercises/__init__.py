@@ -17,7 +17,8 @@ one shape fails.
 ``nbNN_*`` module holds the exercises of notebook NN, and is registered here in
 notebook order, so ``names()`` lists the exercises in the order a reader meets them.
 
-``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
+``solution(name)`` shows a worked answer on request (the notebooks do not print one under the
+exercise); ``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
 notebook. ``python -m labcore exercises`` lists every exercise.
 """
 
@@ -25,16 +26,18 @@ from __future__ import annotations
 
 import importlib
 
-from labcore.exercises.checking import Exercise, InputMaker, check, first_mismatch, get, names, progress, register
-from labcore.exercises.nb02_jit_vmap_pmap import PMEAN_AXIS
+from labcore.exercises.checking import (
+    Exercise, InputMaker, check, first_mismatch, get, names, progress, register, solution,
+)
+from labcore.exercises.nb03_distributed import PMEAN_AXIS
 
-__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "names", "progress", "register"]
+__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "names", "progress", "register", "solution"]
 
 # Notebook order: names() lists the exercises in the order a reader meets them.
 NOTEBOOK_MODULES = tuple(
     importlib.import_module(f"labcore.exercises.{name}")
     for name in (
-        "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_jit_vmap_pmap", "nb03_distributed",
+        "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_jit_scan_vmap", "nb03_distributed",
         "nb04_iqn_port", "nb05_masked_ppo", "nb06_accelerators", "nb07_gflownet",
     )
 )

@@ -31,6 +31,15 @@ class Exercise:
     jit: bool = False  # the learner's function must also run under jax.jit
     # How the learner's function is run, e.g. under jax.pmap; the default calls it as it is.
     run_with: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+    # A worked answer, written as a learner would write it (not a call into labcore): shown on
+    # request by ``solution(name)``, never under the exercise, and checked by the tests.
+    solution: Callable[..., Any] | None = None
+    # The classic wrong answers, each (what is wrong with it, the function). The tests check that
+    # each fails; ``check`` names the one a failing answer reproduces, which is the useful hint.
+    mistakes: tuple[tuple[str, Callable[..., Any]], ...] = ()
+    # True for the algorithm's own update or loss (the DQN update, PPO's clipped loss), False for
+    # a helper around it; every training notebook sets at least one core exercise.
+    core: bool = False
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -45,6 +54,8 @@ def register(exercise: Exercise, notebook: str | None = None) -> Exercise:
         raise ValueError(f"exercise {exercise.name!r} is already registered")
     if exercise.trials < 1:
         raise ValueError(f"exercise {exercise.name!r}: trials must be >= 1, got {exercise.trials}")
+    if exercise.core and (exercise.solution is None or len(exercise.mistakes) < 2):
+        raise ValueError(f"exercise {exercise.name!r}: a core exercise needs a solution and at least two mistakes")
     _REGISTRY[exercise.name] = exercise
     if notebook is not None:
         _NOTEBOOK_OF[exercise.name] = notebook
@@ -159,6 +170,7 @@ def check(
         if exercise.jit:
             runs.append((" under jax.jit", jax.jit(prepared)))
         for how, fn in runs:
+            got = None
             try:
                 got = jax.block_until_ready(fn(*args))
             except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
@@ -167,14 +179,46 @@ def check(
                 problem = first_mismatch(got, expected, exercise.rtol, exercise.atol)
             if problem is not None:
                 hint = "\n".join(exercise.description.splitlines()[1:]).strip()
+                known = None if got is None else _matching_mistake(exercise, args, got)
                 return report(
                     False,
                     f"FAIL  {name}: on input {trial + 1} of {n_trials}{how} (seed {seed}), {problem}.\n"
                     f"      inputs: {_describe_inputs(args)}"
+                    + (f"\n      this is a classic mistake: {known}" if known else "")
                     + (f"\n      hint: {textwrap.fill(hint, 88, subsequent_indent=' ' * 12)}" if hint else ""),
                 )
     checked = " and under jax.jit" if exercise.jit else ""
     return report(True, f"PASS  {name}: matches the reference on {n_trials} random inputs{checked}.")
+
+
+def _matching_mistake(exercise: Exercise, args: tuple, got: Any) -> str | None:
+    """The label of the first classic mistake whose output on ``args`` equals ``got``, if any."""
+    import jax
+
+    for label, wrong in exercise.mistakes:
+        prepared = wrong if exercise.run_with is None else exercise.run_with(wrong)
+        try:
+            theirs = jax.block_until_ready(prepared(*args))
+        except Exception:  # noqa: BLE001 - a mistake that cannot even run says nothing here
+            continue
+        if first_mismatch(got, theirs, exercise.rtol, exercise.atol) is None:
+            return label
+    return None
+
+
+def solution(name: str) -> Callable[..., Any]:
+    """Show a worked answer to exercise ``name`` (its source, highlighted in a notebook) and return
+    it, so that ``my_answer = solution("huber_loss")`` lets the lesson go on with a right one.
+
+    The notebooks keep solutions out of sight under their exercises: try first, then ask.
+    """
+    from labcore.source import display, show_source
+
+    exercise = get(name)
+    if exercise.solution is None:
+        raise ValueError(f"exercise {name!r} has no worked solution; its reference is {exercise.reference!r}")
+    display(show_source(exercise.solution))
+    return exercise.solution
 
 
 def progress(notebook: str | None = None, verbose: bool = True) -> dict[str, str]:
