@@ -1,7 +1,13 @@
-"""Notebook 00 (jax_primitives): arrays, randomness, grad and vmap; the references are labcore.primitives."""
+"""Notebook 00 (jax_primitives): arrays, randomness, grad and vmap; the references are labcore.primitives.
+
+The ``*_solution`` functions are the worked answers that ``labcore.exercises.solution(name)`` shows,
+written as a learner would write them in the notebook.
+"""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from labcore.exercises.checking import Exercise, jnp_f32
@@ -49,6 +55,47 @@ def _pytree_inputs(rng: np.random.Generator) -> tuple:
     return (tree,)
 
 
+# ----------------------------------------------------------------------------------------------
+# Worked solutions, in the order the notebook sets the exercises.
+
+
+def stable_softmax_solution(logits):
+    # Subtracting the row's maximum changes nothing in the ratio, and keeps every exponent <= 0.
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    e = jnp.exp(shifted)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def set_diagonal_solution(matrix, values):
+    i = jnp.arange(matrix.shape[0])
+    return matrix.at[i, i].set(values)  # a new array: matrix itself is unchanged
+
+
+def dropout_solution(key, x, rate):
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)  # True with probability 1 - rate
+    return x * keep / (1.0 - rate)
+
+
+def linear_regression_grad_solution(params, x, y):
+    def loss(p):
+        return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
+
+    return jax.grad(loss)(params)  # a dict with the keys and shapes of params
+
+
+def pairwise_squared_distances_solution(a, b):
+    def one_pair(u, v):
+        return jnp.sum((u - v) ** 2)
+
+    one_against_all_b = jax.vmap(one_pair, in_axes=(None, 0))
+    return jax.vmap(one_against_all_b, in_axes=(0, None))(a, b)
+
+
+def global_norm_solution(tree):
+    squares = [jnp.sum(leaf**2) for leaf in jax.tree_util.tree_leaves(tree)]
+    return jnp.sqrt(sum(squares))
+
+
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
     from labcore import primitives
@@ -59,6 +106,7 @@ def catalogue() -> list[Exercise]:
             description="Softmax over the last axis that does not overflow for logits in the hundreds.\n"
             "exp(1000.) is inf in float32; subtract each row's max (keepdims=True) before exp.",
             reference=primitives.stable_softmax,
+            solution=stable_softmax_solution,
             make_inputs=_softmax_inputs,
             jit=True,
         ),
@@ -67,6 +115,7 @@ def catalogue() -> list[Exercise]:
             description="Return a copy of a square matrix with its diagonal replaced by a vector.\n"
             "JAX arrays are immutable: use matrix.at[rows, cols].set(values) with index arrays.",
             reference=primitives.set_diagonal,
+            solution=set_diagonal_solution,
             make_inputs=_diagonal_inputs,
             jit=True,
         ),
@@ -76,6 +125,7 @@ def catalogue() -> list[Exercise]:
             "Draw the keep-mask with jax.random.bernoulli(key, 1 - rate, x.shape); the same key must give "
             "the same mask as the reference.",
             reference=primitives.dropout,
+            solution=dropout_solution,
             make_inputs=_dropout_inputs,
         ),
         Exercise(
@@ -84,6 +134,7 @@ def catalogue() -> list[Exercise]:
             "Write the loss as a function of params first, then return jax.grad(loss)(params, x, y): "
             "a dict with the same keys and shapes as params.",
             reference=primitives.linear_regression_grad,
+            solution=linear_regression_grad_solution,
             make_inputs=_regression_inputs,
             jit=True,
         ),
@@ -93,6 +144,7 @@ def catalogue() -> list[Exercise]:
             "Write the distance of one pair of vectors, then vmap it twice: in_axes=(None, 0) inside, "
             "in_axes=(0, None) outside.",
             reference=primitives.pairwise_squared_distances,
+            solution=pairwise_squared_distances_solution,
             make_inputs=_pairwise_inputs,
             jit=True,
             # The expansion |a|^2 + |b|^2 - 2 a.b is also right, but in float32 it cancels: its error
@@ -106,6 +158,7 @@ def catalogue() -> list[Exercise]:
             description="The L2 norm of all the leaves of a pytree taken together (a scalar).\n"
             "jax.tree_util.tree_leaves(tree) gives the arrays; sum their squared entries, then take sqrt.",
             reference=primitives.global_norm,
+            solution=global_norm_solution,
             make_inputs=_pytree_inputs,
             jit=True,
         ),
