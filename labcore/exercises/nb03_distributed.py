@@ -1,70 +1,194 @@
-"""Notebook 03 (distributed): a data-parallel step on several devices, and multi-process bookkeeping."""
+"""Notebook 03 (distributed): the data-parallel step on a mesh of devices, a global batch assembled
+from per-device blocks, and the bookkeeping of a multi-process run (keys, rows, weighted means).
+
+Two exercises depend on the device count: ``shard_map_pmean`` and ``global_batch_array``. On one
+device a collective changes nothing and a whole batch on one device is trivially "sharded", so a
+wrong answer would pass; their checkers build a mesh of at least 2 CPU devices and, where this
+process has fewer, refuse: the check fails with the reason and the fix instead of passing.
+"""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from labcore.exercises.checking import Exercise, jnp_f32
 
-PMEAN_AXIS = "devices"  # the axis name the pmean'd update exercise is run under
+PMEAN_AXIS = "devices"  # the mesh axis the data-parallel exercises split the batch over
+MIN_DEVICES = 2  # a collective over fewer devices cannot tell a right answer from a wrong one
+MAX_DEVICES = 8
+
+CPU_DEVICES_NEEDED = (
+    "this check needs a mesh of at least {needed} devices and this process has {have} CPU device(s): "
+    "on one device a collective changes nothing and a batch on one device counts as sharded, so a wrong "
+    "answer would pass. Set XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported "
+    "(notebook 03's set-up cell does; restart the kernel if jax was imported first)"
+)
 
 
-# Replicas the pmean'd step runs on. With one device a single replica's local gradient IS the whole
-# batch's, so an answer without its pmean would pass; the checker then runs the replicas with
-# jax.vmap under the same axis name instead (collectives mean the same there), 4 side by side.
-REPLICAS_ON_ONE_DEVICE = 4
+class NotEnoughDevices(RuntimeError):
+    """The check cannot tell right from wrong on this few devices (see CPU_DEVICES_NEEDED)."""
 
 
-def _pmean_replicas() -> int:
-    import jax
+def _refuse_small(mesh) -> None:
+    if mesh.size < MIN_DEVICES:
+        raise NotEnoughDevices(CPU_DEVICES_NEEDED.format(needed=MIN_DEVICES, have=len(jax.devices("cpu"))))
 
-    return min(4, jax.device_count()) if jax.device_count() >= 2 else REPLICAS_ON_ONE_DEVICE
+
+def _draw_mesh(rng: np.random.Generator, shuffled: bool = False):
+    """A 1-D mesh named PMEAN_AXIS over 2 to 8 of this process's CPU devices (a random count, so an
+    answer hard-wired to one count fails); shuffled: the devices in an order other than
+    jax.devices("cpu"), as jax.make_mesh may order a TPU's chips by their physical layout.
+    A process with one CPU device gets a one-device mesh, which the checkers refuse."""
+    from jax.sharding import Mesh
+
+    cpus = jax.devices("cpu")
+    count = int(rng.integers(MIN_DEVICES, min(MAX_DEVICES, len(cpus)) + 1)) if len(cpus) >= MIN_DEVICES else 1
+    order = np.arange(count)
+    while shuffled and count > 1 and np.array_equal(order, np.arange(count)):
+        order = rng.permutation(count)
+    return Mesh(np.array([cpus[i] for i in order]), (PMEAN_AXIS,))
 
 
-def _pmean_step_inputs(rng: np.random.Generator) -> tuple:
-    features = int(rng.integers(2, 9))
-    batch = _pmean_replicas() * int(rng.integers(2, 9))
+# ----------------------------------------------------------------------------------------------
+# shard_map_pmean: the data-parallel SGD step, run on every device of a mesh.
+
+
+def _sgd_step_inputs(rng: np.random.Generator) -> tuple:
+    mesh = _draw_mesh(rng)
+    features, rows_per_device = int(rng.integers(2, 9)), int(rng.integers(2, 9))
+    batch = mesh.size * rows_per_device
     return (
         rng.normal(size=(features,)).astype(np.float32),
         rng.normal(size=(batch, features)).astype(np.float32),
         rng.normal(size=(batch,)).astype(np.float32),
         float(rng.uniform(0.01, 0.5)),
+        mesh,
     )
 
 
-def _mse_sgd_step(w, xs, ys, learning_rate):
-    import jax
-    import jax.numpy as jnp
-
-    grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w)
-    return w - learning_rate * grad
-
-
-def _pmean_step_reference(w, xs, ys, learning_rate):
-    """The single-device step on the whole batch, as every replica should return it: [n, D]."""
-    import jax.numpy as jnp
-
-    return jnp.broadcast_to(_mse_sgd_step(w, xs, ys, learning_rate), (_pmean_replicas(), *w.shape))
+def _sgd_step_on_every_replica(w, xs, ys, learning_rate, mesh):
+    """The single-device step on the whole batch, as every replica should return it: [devices, D]."""
+    with jax.default_matmul_precision("highest"):
+        grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w)
+    return jnp.broadcast_to(w - learning_rate * grad, (mesh.size, *w.shape))
 
 
-def _run_under_pmap(step):
-    """Shard the batch over the replicas, run ``step`` with jax.pmap (jax.vmap on one device, see
-    REPLICAS_ON_ONE_DEVICE), return every replica's weights."""
-    import jax
+def _run_under_shard_map(step):
+    """Run ``step(w, xs, ys, lr)`` as the per-device program of jax.shard_map over the mesh: w
+    replicated, the batch split along PMEAN_AXIS; return every replica's weights, stacked."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    def run(w, xs, ys, learning_rate):
-        n = _pmean_replicas()
-        shard = lambda a: a.reshape(n, a.shape[0] // n, *a.shape[1:])  # noqa: E731
-        one_replica = lambda w, x, y: step(w, x, y, learning_rate)  # noqa: E731
-        if jax.device_count() >= 2:
-            replicas = jax.pmap(one_replica, axis_name=PMEAN_AXIS, in_axes=(None, 0, 0), devices=jax.devices()[:n])
-        else:
-            replicas = jax.vmap(one_replica, axis_name=PMEAN_AXIS, in_axes=(None, 0, 0))
-        return replicas(w, shard(xs), shard(ys))
+    def run(w, xs, ys, learning_rate, mesh):
+        _refuse_small(mesh)
+
+        def per_device(w, x, y):
+            return jnp.asarray(step(w, x, y, learning_rate))[None]  # [1, D] here, [devices, D] outside
+
+        # check_vma=False, as labcore.agents.dqn.data_parallel.make_shard_map_update: each device's
+        # program sees plain per-device values, so the learner's collective is the whole reduction.
+        sharded = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(PMEAN_AXIS), P(PMEAN_AXIS)),
+                                        out_specs=P(PMEAN_AXIS), check_vma=False))
+        put = lambda value, spec: jax.device_put(value, NamedSharding(mesh, spec))  # noqa: E731
+        with jax.default_matmul_precision("highest"):
+            return sharded(put(w, P()), put(xs, P(PMEAN_AXIS)), put(ys, P(PMEAN_AXIS)))
 
     return run
 
 
+def shard_map_pmean_solution(w, xs, ys, learning_rate):
+    # This device's shard: xs [B / n, D], ys [B / n]. The gradient of the mean squared error over
+    # the shard, written out, then averaged over the devices so every replica takes the same step.
+    residual = xs @ w - ys
+    local_grad = xs.T @ residual / xs.shape[0]
+    grad = jax.lax.pmean(local_grad, axis_name="devices")
+    return w - learning_rate * grad
+
+
+def shard_map_pmean_without_pmean(w, xs, ys, learning_rate):
+    grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w)
+    return w - learning_rate * grad  # each replica steps on its own shard: the replicas drift apart
+
+
+def shard_map_pmean_psum(w, xs, ys, learning_rate):
+    grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w)
+    return w - learning_rate * jax.lax.psum(grad, "devices")  # the sum of n means: n times the step
+
+
+def shard_map_pmean_summed_loss(w, xs, ys, learning_rate):
+    grad = jax.grad(lambda w: jnp.sum(0.5 * (xs @ w - ys) ** 2))(w)  # summed over the shard's rows
+    return w - learning_rate * jax.lax.pmean(grad, "devices")
+
+
+# ----------------------------------------------------------------------------------------------
+# global_batch_array: one global jax.Array from the blocks each device holds.
+
+
+def _global_batch_inputs(rng: np.random.Generator) -> tuple:
+    mesh = _draw_mesh(rng, shuffled=True)
+    rows, features = int(rng.integers(1, 5)), int(rng.integers(1, 6))
+    blocks = [rng.normal(size=(rows, features)).astype(np.float32) for _ in range(mesh.size)]
+    return blocks, mesh
+
+
+def _global_batch_expected(blocks, mesh):
+    """The global batch (the blocks in mesh order) and, for each device of the mesh in order, the
+    rows it holds: its own block and nothing else."""
+    return {"values": np.concatenate(blocks), "rows_on_each_mesh_device": list(blocks)}
+
+
+def _placement(array, mesh) -> dict:
+    """What the checker compares for the learner's array: its values, and the rows each device of
+    the mesh holds (none: an empty block)."""
+    if not isinstance(array, jax.Array):
+        raise TypeError(f"the answer must be a jax.Array placed on the mesh's devices, not a {type(array).__module__}.{type(array).__name__}")
+    held = {shard.device: np.asarray(shard.data) for shard in array.addressable_shards}
+    nothing = np.zeros((0, *array.shape[1:]), array.dtype)
+    return {"values": np.asarray(array), "rows_on_each_mesh_device": [held.get(device, nothing) for device in mesh.devices.flat]}
+
+
+def _run_and_locate(build):
+    def run(blocks, mesh):
+        _refuse_small(mesh)
+        return _placement(build(blocks, mesh), mesh)
+
+    return run
+
+
+def global_batch_array_solution(blocks, mesh):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    # Block i belongs on the mesh's i-th device (mesh.devices, not jax.devices(): the orders differ).
+    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, mesh.devices.flat, strict=True)]
+    global_shape = (sum(block.shape[0] for block in blocks), *blocks[0].shape[1:])
+    return jax.make_array_from_single_device_arrays(global_shape, NamedSharding(mesh, P("devices")), on_devices)
+
+
+def global_batch_array_concatenated(blocks, mesh):
+    return jnp.concatenate([jnp.asarray(block) for block in blocks])  # the right values, all on one device
+
+
+def global_batch_array_replicated(blocks, mesh):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return jax.device_put(np.concatenate(blocks), NamedSharding(mesh, P()))  # every device holds everything
+
+
+def global_batch_array_in_device_order(blocks, mesh):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, jax.devices())]
+    global_shape = (sum(block.shape[0] for block in blocks), *blocks[0].shape[1:])
+    return jax.make_array_from_single_device_arrays(global_shape, NamedSharding(mesh, P("devices")), on_devices)
+
+
+# ----------------------------------------------------------------------------------------------
+# A multi-process run's bookkeeping.
 
 
 def _device_keys_inputs(rng: np.random.Generator) -> tuple:
@@ -74,12 +198,25 @@ def _device_keys_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _device_keys_reference(seed, process_index, local_device_count):
-    import jax
-    import jax.numpy as jnp
-
     base = jax.random.key(seed)
     first = process_index * local_device_count  # global index of this process's first device
     return jnp.stack([jax.random.key_data(jax.random.fold_in(base, first + d)) for d in range(local_device_count)])
+
+
+def device_keys_solution(seed, process_index, local_device_count):
+    global_indices = process_index * local_device_count + jnp.arange(local_device_count)
+    keys = jax.vmap(lambda index: jax.random.fold_in(jax.random.key(seed), index))(global_indices)
+    return jax.random.key_data(keys)
+
+
+def device_keys_local_index(seed, process_index, local_device_count):
+    keys = jax.vmap(lambda d: jax.random.fold_in(jax.random.key(seed), d))(jnp.arange(local_device_count))
+    return jax.random.key_data(keys)  # every process repeats process 0's streams
+
+
+def device_keys_process_index(seed, process_index, local_device_count):
+    key = jax.random.key_data(jax.random.fold_in(jax.random.key(seed), process_index))
+    return jnp.stack([key] * local_device_count)  # the process's devices all share one stream
 
 
 def _process_rows_inputs(rng: np.random.Generator) -> tuple:
@@ -88,10 +225,21 @@ def _process_rows_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _process_rows_reference(global_batch, process_index, process_count):
-    import jax.numpy as jnp
-
     per_process = global_batch // process_count
     return jnp.arange(process_index * per_process, (process_index + 1) * per_process)
+
+
+def process_rows_solution(global_batch, process_index, process_count):
+    rows_each = global_batch // process_count
+    return process_index * rows_each + jnp.arange(rows_each)
+
+
+def process_rows_strided(global_batch, process_index, process_count):
+    return jnp.arange(process_index, global_batch, process_count)  # torch's DistributedSampler deals rows this way
+
+
+def process_rows_first_block(global_batch, process_index, process_count):
+    return jnp.arange(global_batch // process_count)  # every process feeds the same rows
 
 
 def _weighted_mean_inputs(rng: np.random.Generator) -> tuple:
@@ -104,19 +252,43 @@ def _weighted_mean_reference(shard_means, counts):
     return (shard_means * counts[:, None]).sum(0) / counts.sum()
 
 
+def weighted_gradient_mean_solution(shard_means, counts):
+    return jnp.average(shard_means, axis=0, weights=counts)
+
+
+def weighted_gradient_mean_plain(shard_means, counts):
+    return shard_means.mean(0)  # what pmean of the shard means gives: small shards count too much
+
+
+def weighted_gradient_mean_not_normalised(shard_means, counts):
+    return (shard_means * counts[:, None]).sum(0)  # the sum of all examples' gradients, not their mean
+
+
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
     return [
         Exercise(
-            name="pmean_update",
-            description=f"One data-parallel SGD step step(w, xs, ys, lr) on this device's shard, run under jax.pmap "
-            f"with axis_name='{PMEAN_AXIS}'.\n"
-            "grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w) is this shard's gradient; average it "
-            f"over devices with jax.lax.pmean(grad, '{PMEAN_AXIS}') before returning w - lr * grad, so every replica "
-            "takes the step a single device would take on the whole batch.",
-            reference=_pmean_step_reference,
-            make_inputs=_pmean_step_inputs,
-            run_with=_run_under_pmap,
+            name="shard_map_pmean",
+            description="One data-parallel SGD step step(w, xs, ys, lr) -> new w, the program each device of a mesh "
+            f"runs under jax.shard_map (mesh axis '{PMEAN_AXIS}'): w [D] replicated, xs [B / n, D] and ys [B / n] "
+            "this device's shard of the batch.\n"
+            "Compute this shard's gradient of the mean squared error jnp.mean(0.5 * (xs @ w - ys) ** 2), average it "
+            f"over the devices with jax.lax.pmean(grad, '{PMEAN_AXIS}'), and return w - lr * grad: every replica then "
+            "takes the step one device would take on the whole batch. The mean of equal shards' means is the whole "
+            "batch's mean; psum would give n times it.",
+            reference=_sgd_step_on_every_replica,
+            make_inputs=_sgd_step_inputs,
+            run_with=_run_under_shard_map,
+            solution=shard_map_pmean_solution,
+            mistakes=(
+                ("no pmean: each device steps on its own shard's gradient, and the replicas drift apart",
+                 shard_map_pmean_without_pmean),
+                ("psum instead of pmean: the sum of the devices' mean gradients, a step n times too large",
+                 shard_map_pmean_psum),
+                ("the shard's loss summed over its rows instead of averaged: a step B / n times too large",
+                 shard_map_pmean_summed_loss),
+            ),
+            core=True,
         ),
         Exercise(
             name="device_keys",
@@ -130,6 +302,13 @@ def catalogue() -> list[Exercise]:
             make_inputs=_device_keys_inputs,
             rtol=0.0,
             atol=0.0,
+            solution=device_keys_solution,
+            mistakes=(
+                ("folding in the local device index only: every process repeats process 0's keys",
+                 device_keys_local_index),
+                ("folding in the process index only: all devices of a process share one stream",
+                 device_keys_process_index),
+            ),
         ),
         Exercise(
             name="process_rows",
@@ -142,6 +321,36 @@ def catalogue() -> list[Exercise]:
             make_inputs=_process_rows_inputs,
             rtol=0.0,
             atol=0.0,
+            solution=process_rows_solution,
+            mistakes=(
+                ("strided rows p, p + P, p + 2P, ... (torch's DistributedSampler): not the block a sharded "
+                 "global array puts on this process's devices", process_rows_strided),
+                ("the first block on every process: the processes all feed the same rows", process_rows_first_block),
+            ),
+        ),
+        Exercise(
+            name="global_batch_array",
+            description="One global batch from per-device blocks: (blocks, mesh) -> a jax.Array [n * b, ...] whose "
+            f"i-th block of rows lives on the mesh's i-th device, sharded along the mesh axis '{PMEAN_AXIS}'. blocks "
+            "is a list of n NumPy arrays [b, ...]; mesh a 1-D jax.sharding.Mesh of n devices.\n"
+            "Put each block on its device (jax.device_put(block, device), the devices in mesh.devices order, which "
+            "need not be jax.devices() order), then join them with jax.make_array_from_single_device_arrays(global "
+            f"shape, NamedSharding(mesh, PartitionSpec('{PMEAN_AXIS}')), arrays). This is what "
+            "jax.make_array_from_process_local_data does in each process of a multi-process run, where a process "
+            "holds only its own devices' blocks. The checker compares the values and the rows each device holds.",
+            reference=_global_batch_expected,
+            make_inputs=_global_batch_inputs,
+            rtol=0.0,
+            atol=0.0,
+            run_with=_run_and_locate,
+            solution=global_batch_array_solution,
+            mistakes=(
+                ("jnp.concatenate: the right values, but the whole batch on one device", global_batch_array_concatenated),
+                ("NamedSharding(mesh, PartitionSpec()): replicated, every device holds the whole batch",
+                 global_batch_array_replicated),
+                ("blocks placed on jax.devices() in order instead of on mesh.devices: rows land on the wrong devices "
+                 "and come back out of order", global_batch_array_in_device_order),
+            ),
         ),
         Exercise(
             name="weighted_gradient_mean",
@@ -153,5 +362,11 @@ def catalogue() -> list[Exercise]:
             reference=_weighted_mean_reference,
             make_inputs=_weighted_mean_inputs,
             jit=True,
+            solution=weighted_gradient_mean_solution,
+            mistakes=(
+                ("the plain mean of the shard means: small shards count as much as large ones", weighted_gradient_mean_plain),
+                ("weighted by the counts but not divided by their total: a sum, not a mean",
+                 weighted_gradient_mean_not_normalised),
+            ),
         ),
     ]
