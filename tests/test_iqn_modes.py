@@ -6,11 +6,9 @@ each JAX mode compiles once per session; with it the buffers allow training from
 (size - n_frames - 1 >= batch_size at 80 rows), and 300 epochs learn in seconds (test_learning).
 """
 
-import ast
 import dataclasses
 import json
 import pathlib
-import re
 
 import jax
 import numpy as np
@@ -324,7 +322,7 @@ def test_learning_gems_per_epoch_rise(mode):
 
 
 # ----------------------------------------------------------------------------------------------
-# Timing helpers (benchmarks/iqn_modes.py and notebook 04 time the modes with these)
+# Timing helpers (benchmarks/iqn_modes.py times the modes with these)
 
 
 def test_timing_config_warmup_and_epoch_flops():
@@ -348,59 +346,3 @@ def test_timed_block_times_whole_epochs_and_excludes_the_compile():
     assert seconds > 0 and 2 in runner._compiled
     assert int(runner.runs.epoch[0]) == 3
     assert matmul_rate(64, 32, 32, repeats=2) > 0
-
-
-# ----------------------------------------------------------------------------------------------
-# Notebook 04's table of porting pitfalls names the tests that settle each one; they must exist.
-
-NOTEBOOK_04 = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "04_iqn_port.ipynb"
-TESTS_DIR = pathlib.Path(__file__).resolve().parent
-
-
-def table_test_names(markdown: str) -> list[tuple[str, str]]:
-    """(file, test) for every test named in the last column of a markdown table: `file.py: test_a`,
-    and a bare `test_b` right after it in the same cell belongs to the same file."""
-    named = []
-    for line in markdown.splitlines():
-        if not line.startswith("|"):
-            continue
-        last_column = line.strip().strip("|").split(" | ")[-1]
-        current = None
-        for token in re.findall(r"`([^`]+)`", last_column):
-            match = re.fullmatch(r"(test_\w+\.py):\s*(test_\w+)", token)
-            if match:
-                current = match.group(1)
-                named.append((current, match.group(2)))
-            elif re.fullmatch(r"test_\w+", token) and current:
-                named.append((current, token))
-    return named
-
-
-def absent_tests(named: list[tuple[str, str]], tests_dir: pathlib.Path) -> list[tuple[str, str]]:
-    defined: dict[str, set[str]] = {}
-    for file, _ in named:
-        if file not in defined:
-            path = tests_dir / file
-            tree = ast.parse(path.read_text()) if path.exists() else ast.Module(body=[], type_ignores=[])
-            defined[file] = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
-    return [(file, test) for file, test in named if test not in defined[file]]
-
-
-def test_every_test_named_in_notebook_04_exists():
-    cells = json.loads(NOTEBOOK_04.read_text())["cells"]
-    table = next("".join(cell["source"]) for cell in cells
-                 if cell["cell_type"] == "markdown" and "| checked by (file: test) |" in "".join(cell["source"]))
-    named = table_test_names(table)
-    assert len(named) >= 25, named  # 18 rows, most naming two tests: the table was parsed
-    assert ("test_iqn_modes.py", "test_learning_gems_per_epoch_rise") in named  # a bare name after a file
-    assert absent_tests(named, TESTS_DIR) == []
-
-
-def test_the_table_audit_reports_a_test_that_does_not_exist():
-    table = ("| # | point | code | tests |\n|---|---|---|---|\n"
-             "| 1 | x | `a.py: f` | `test_iqn_modes.py: test_defaults_are_the_reference_experiment`, `test_no_such_test`;"
-             " `test_nowhere.py: test_gone` |")
-    named = table_test_names(table)
-    assert named == [("test_iqn_modes.py", "test_defaults_are_the_reference_experiment"),
-                     ("test_iqn_modes.py", "test_no_such_test"), ("test_nowhere.py", "test_gone")]
-    assert absent_tests(named, TESTS_DIR) == [("test_iqn_modes.py", "test_no_such_test"), ("test_nowhere.py", "test_gone")]

@@ -1,7 +1,15 @@
-"""Notebook 04 (iqn_port): the IQN port (NoisyLinear, the quantile Huber loss, the frame buffer's ring)."""
+"""Notebook 04 (iqn_port): the IQN port (NoisyLinear, the quantile Huber loss, the frame buffer's ring).
+
+The NoisyLinear forward is the core exercise: the layer that makes the port's exploration, checked
+against the PyTorch reference layer in both modes. Below the exercises' inputs and references come
+the worked solutions (shown by ``labcore.exercises.solution(name)``) and the classic mistakes that
+``check`` names when an answer reproduces one.
+"""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from labcore.exercises.checking import Exercise
@@ -113,6 +121,84 @@ def _run_with_static_frames(current_state):
     return jax.jit(current_state, static_argnums=2)
 
 
+# ----------------------------------------------------------------------------------------------
+# Worked solutions, written as a learner would write them.
+
+
+def noisy_linear(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+    if deterministic:  # a Python bool: jit picks this branch while tracing, one program per mode
+        return x @ kernel + bias
+    noisy_kernel = kernel + sigma_kernel * eps_kernel  # [in, out]: every weight has its own draw
+    noisy_bias = bias + sigma_bias * eps_bias  # [out]: the bias is noisy too
+    return x @ noisy_kernel + noisy_bias
+
+
+def quantile_huber_loss(td, taus, valid):
+    huber = jnp.where(jnp.abs(td) <= 1.0, 0.5 * jnp.square(td), jnp.abs(td) - 0.5)  # kappa = 1
+    below = jnp.where(td < 0, 1.0, 0.0)  # 1{td < 0}: the target lies below the predicted quantile
+    weighted = jnp.abs(taus - below) * huber  # taus [B, N, 1] broadcast over the targets j
+    return jnp.mean(weighted * valid[:, :, None])  # the mean over all B * N * N terms, as the original
+
+
+def current_state(states, idx, n_frames):
+    capacity = states.shape[0]
+    offsets = jnp.arange(1 - n_frames, 0)  # -(n_frames - 1) .. -1: oldest first
+    return states[jnp.mod(idx + offsets, capacity)]  # the modulo wraps; no Python branch on idx
+
+
+# ----------------------------------------------------------------------------------------------
+# Classic mistakes. Each runs and returns the right shape, so that check compares values.
+
+
+def _noisy_linear_means_in_both_modes(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+    return x @ kernel + bias
+
+
+def _noisy_linear_noisy_in_eval_mode(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+    return x @ (kernel + sigma_kernel * eps_kernel) + bias + sigma_bias * eps_bias
+
+
+def _noisy_linear_without_bias_noise(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+    if deterministic:
+        return x @ kernel + bias
+    return x @ (kernel + sigma_kernel * eps_kernel) + bias
+
+
+def _noisy_linear_noise_on_the_output(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
+    if deterministic:
+        return x @ kernel + bias
+    return x @ kernel + bias + jnp.sum(sigma_kernel * eps_kernel, axis=0) + sigma_bias * eps_bias
+
+
+def _quantile_huber_summed_over_targets(td, taus, valid):
+    huber = jnp.where(jnp.abs(td) <= 1.0, 0.5 * td**2, jnp.abs(td) - 0.5)
+    terms = jnp.abs(taus - (td < 0)) * huber * valid[:, :, None]
+    return jnp.mean(jnp.sum(terms, axis=2))
+
+
+def _quantile_huber_without_the_quantile_weight(td, taus, valid):
+    huber = jnp.where(jnp.abs(td) <= 1.0, 0.5 * td**2, jnp.abs(td) - 0.5)
+    return jnp.mean(huber * valid[:, :, None])
+
+
+def _quantile_huber_indicator_flipped(td, taus, valid):
+    huber = jnp.where(jnp.abs(td) <= 1.0, 0.5 * td**2, jnp.abs(td) - 0.5)
+    return jnp.mean(jnp.abs(taus - (td > 0)) * huber * valid[:, :, None])
+
+
+def _current_state_newest_first(states, idx, n_frames):
+    return states[(idx - 1 - jnp.arange(n_frames - 1)) % states.shape[0]]
+
+
+def _current_state_including_the_next_row(states, idx, n_frames):
+    return states[(idx - (n_frames - 2) + jnp.arange(n_frames - 1)) % states.shape[0]]
+
+
+def _current_state_without_the_wrap(states, idx, n_frames):
+    start = jnp.maximum(idx - (n_frames - 1), 0)  # stops at row 0 instead of wrapping to the end
+    return jax.lax.dynamic_slice_in_dim(states, start, n_frames - 1)
+
+
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
     return [
@@ -121,16 +207,29 @@ def catalogue() -> list[Exercise]:
             description="The independent-Gaussian NoisyLinear forward as a pure function: x [B, in], kernel [in, out], "
             "bias [out], sigma_kernel [in, out], sigma_bias [out], eps_kernel [in, out], eps_bias [out], "
             "deterministic (a Python bool) -> [B, out].\n"
-            "Training mode (deterministic=False) perturbs the WEIGHTS, every weight with its own draw: "
-            "x @ (kernel + sigma_kernel * eps_kernel) + (bias + sigma_bias * eps_bias). Eval mode "
-            "(deterministic=True) uses the means only: x @ kernel + bias. Not factorised noise, and no noise in "
-            "eval mode. The checker runs your function jitted in both modes and compares (training, eval) "
-            "with the PyTorch reference layer: output[0] is training mode, output[1] eval mode.",
+            "Training mode (deterministic=False) perturbs the WEIGHTS and the BIAS, each entry by its own draw "
+            "scaled by its own sigma, and then multiplies; eval mode (deterministic=True) uses the means only. "
+            "Not factorised noise, and not noise added to the output. The checker runs your function jitted in "
+            "both modes and compares (training, eval) with the PyTorch reference layer: output[0] is training "
+            "mode, output[1] eval mode.",
             reference=_noisy_linear_reference,
             make_inputs=_noisy_linear_inputs,
             run_with=_run_in_both_modes,
+            # Each output sums at most 11 float32 products of order 1 (x and eps ~ N(0, 1), means below
+            # 1.8, sigmas below 0.5), added in different orders by PyTorch and XLA: a few 1e-7 apart.
+            # Every mistake leaves out or adds sigma * eps terms with sigma >= 0.01, which moves most
+            # of the B * out outputs by 1e-3 or more: far outside 1e-5 + 1e-5 |y|.
             rtol=1e-5,
             atol=1e-5,
+            solution=noisy_linear,
+            mistakes=(
+                ("no noise in training mode: the mean weights in both modes", _noisy_linear_means_in_both_modes),
+                ("noise in eval mode too: `deterministic` is ignored", _noisy_linear_noisy_in_eval_mode),
+                ("no noise on the bias: only the kernel is perturbed", _noisy_linear_without_bias_noise),
+                ("the weight noise added to the output (summed over inputs, not multiplied by x)",
+                 _noisy_linear_noise_on_the_output),
+            ),
+            core=True,
         ),
         Exercise(
             name="quantile_huber_loss",
@@ -143,21 +242,38 @@ def catalogue() -> list[Exercise]:
             reference=_quantile_huber_reference,
             make_inputs=_quantile_huber_inputs,
             jit=True,
+            # One mean of at most 16 * 12 * 12 float32 terms: summation order moves it by ~1e-7 relative.
             rtol=1e-5,
             atol=1e-6,
+            solution=quantile_huber_loss,
+            mistakes=(
+                ("summed over the target quantiles j (the IQN paper's form), not averaged",
+                 _quantile_huber_summed_over_targets),
+                ("no quantile weight |tau - 1{td < 0}|: a plain Huber loss",
+                 _quantile_huber_without_the_quantile_weight),
+                ("the indicator flipped: 1{td > 0} instead of 1{td < 0}", _quantile_huber_indicator_flipped),
+            ),
         ),
         Exercise(
             name="current_state",
             description="The frames an agent stacks before its new observation: states [capacity, obs], idx [] int "
             "(the next row the buffer writes), n_frames -> [n_frames - 1, obs], the n_frames - 1 rows before idx, "
             "OLDEST first, wrapping around the end of the ring.\n"
-            "rows = (idx - (n_frames - 1) + jnp.arange(n_frames - 1)) % capacity, then states[rows]. The checker "
-            "jits your function with idx traced (n_frames static), so a Python `if idx < n_frames - 1:` "
-            "branch, the plan's two-slice version, cannot work: let the modulo do the wrapping.",
+            "The checker jits your function with idx traced (n_frames static), so a Python "
+            "`if idx < n_frames - 1:` branch with two slices cannot work: build one vector of row numbers and "
+            "let a modulo do the wrapping.",
             reference=_current_state_reference,
             make_inputs=_current_state_inputs,
             run_with=_run_with_static_frames,
-            rtol=0.0,
+            rtol=0.0,  # rows are copied, not computed: exact
             atol=0.0,
+            solution=current_state,
+            mistakes=(
+                ("newest first: the rows come out in reverse order", _current_state_newest_first),
+                ("off by one: the rows end at idx, the row the buffer writes next",
+                 _current_state_including_the_next_row),
+                ("no wrap: the rows stop at row 0 instead of continuing from the end of the ring",
+                 _current_state_without_the_wrap),
+            ),
         ),
     ]
