@@ -51,8 +51,8 @@ from labcore.agents.iqn.timing import epoch_flops, timed_block, timing_config, w
 from labcore.benchmarking import matmul_rate, write_results  # noqa: E402
 
 # The timing helpers (the reference configuration at epsilon 0, the warm-up, the analytic matmul
-# FLOPs and the timed block) live in labcore.agents.iqn.timing and labcore.benchmarking, where
-# notebook 04 uses the same code from an installed labcore.
+# FLOPs and the timed block) live in labcore.agents.iqn.timing and labcore.benchmarking, so that
+# they are tested with the package and importable from an installed labcore.
 
 
 def xla_flops(config: IQNRunConfig, parallel: runners.JaxParallelRunner | None = None,

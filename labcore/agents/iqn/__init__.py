@@ -11,6 +11,6 @@ The experiment (many agents in the Treasurehunt world, in four run modes):
 * ``programs``: the compiled JAX programs (the key schedule, one turn, the fused epoch);
 * ``runners``: the four run modes, pytorch, jax_sequential, jax_parallel and jax_fused;
 * ``run``: ``run`` (results folder), checkpoints, ``load_checkpoint``, ``evaluate``;
-* ``timing``: the helpers that time the modes (``benchmarks/iqn_modes.py``, notebook 04);
+* ``timing``: the helpers that time the modes (``benchmarks/iqn_modes.py``);
 * ``torch_reference``: the PyTorch reference agent (``labcore.torch_ref.irainbow``) built from an ``IQNConfig``.
 """

@@ -1,6 +1,6 @@
 """Timing the IQN run modes: the reference configuration at steady state and its matmul floor.
 
-``benchmarks/iqn_modes.py`` and notebook 04 measure the modes with these functions:
+``benchmarks/iqn_modes.py`` measures the modes with these functions:
 
     config = timing_config("jax_fused")                       # the original experiment, epsilon 0
     runner = make_runner(config)                              # labcore.agents.iqn.runners
