@@ -1,29 +1,83 @@
-"""Notebook 05 (masked_ppo): masked policies, GAE and PPO's clipped loss."""
+"""Notebook 05 (masked_ppo): masked policies, GAE, PPO's masked clipped loss and one update epoch.
+
+The last two are PPO's own core (``core=True``): the clipped policy loss at the heart of what
+``labcore.agents.ppo.core.make_ppo`` minimises, and the epoch of shuffled minibatch steps it takes per
+update. Each exercise carries a
+worked solution, written as a learner would (``labcore.exercises.solution(name)`` shows it), and the
+classic wrong answers that ``check`` recognises.
+"""
 
 from __future__ import annotations
 
+import functools
+
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from labcore.exercises.checking import Exercise
+from labcore.exercises.checking import Exercise, jnp_f32
+
+# ----------------------------------------------------------------------------------------------
+# Inputs shared by the masked-policy exercises.
 
 
-def _masked_policy_inputs(rng: np.random.Generator) -> tuple:
-    batch, actions = int(rng.integers(1, 40)), int(rng.integers(2, 16))
-    logits = rng.normal(scale=rng.uniform(0.5, 10.0), size=(batch, actions)).astype(np.float32)
+def _legal_logits(rng: np.random.Generator, batch: int, actions: int, scale: float) -> tuple:
+    """logits [B, A] float64, mask [B, A] bool with at least one legal action per row, and one legal
+    action per row [B] int32."""
+    logits = rng.normal(scale=scale, size=(batch, actions))
     mask = rng.random((batch, actions)) < rng.uniform(0.2, 0.9)
     legal_choice = rng.integers(0, actions, batch)
     mask[np.arange(batch), legal_choice] = True  # every row has a legal action...
     return logits, mask, legal_choice.astype(np.int32)  # ...and this is one of them
 
 
-def _masked_log_prob_entropy_reference(logits, mask, action):
-    import jax.numpy as jnp
+def _masked_log_probs_float64(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """log pi(a) over the legal actions, in float64 (-inf for illegal ones)."""
+    masked = np.where(mask, logits, -np.inf)
+    top = masked.max(axis=-1, keepdims=True)
+    return masked - top - np.log(np.sum(np.exp(masked - top), axis=-1, keepdims=True))
 
+
+# ----------------------------------------------------------------------------------------------
+# 1. masked_log_prob_entropy
+
+
+def _masked_policy_inputs(rng: np.random.Generator) -> tuple:
+    batch, actions = int(rng.integers(1, 40)), int(rng.integers(2, 16))
+    logits, mask, action = _legal_logits(rng, batch, actions, rng.uniform(0.5, 10.0))
+    return logits.astype(np.float32), mask, action
+
+
+def _masked_log_prob_entropy_reference(logits, mask, action):
     from labcore import losses
 
     log_probs = losses.masked_log_probs(logits, mask)
     chosen = jnp.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
     return chosen, losses.masked_entropy(logits, mask)
+
+
+def masked_log_prob_entropy_solution(logits, mask, action):
+    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)  # illegal: probability 0
+    chosen = log_probs[jnp.arange(logits.shape[0]), action]
+    p_log_p = jnp.where(mask, jnp.exp(log_probs) * log_probs, 0.0)  # only legal actions count
+    return chosen, -p_log_p.sum(axis=-1)
+
+
+def masked_log_prob_entropy_unmasked_entropy(logits, mask, action):
+    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
+    all_actions = jax.nn.log_softmax(logits, axis=-1)
+    return log_probs[jnp.arange(logits.shape[0]), action], -jnp.sum(jnp.exp(all_actions) * all_actions, axis=-1)
+
+
+def masked_log_prob_entropy_unmasked_log_prob(logits, mask, action):
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    p_log_p = jnp.where(mask, jnp.exp(log_probs) * log_probs, 0.0)
+    return log_probs[jnp.arange(logits.shape[0]), action], -p_log_p.sum(axis=-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. gae
 
 
 def _gae_inputs(rng: np.random.Generator) -> tuple:
@@ -44,17 +98,258 @@ def _gae_reference(rewards, values, dones, last_value, gamma, gae_lambda):
     return losses.gae_advantages(rewards, values, dones, last_value, gamma, gae_lambda)[0]
 
 
-def _clipped_objective_inputs(rng: np.random.Generator) -> tuple:
-    batch = int(rng.integers(1, 200))
-    # ratios from 0.5 to 2, so that many are clipped on either side
-    log_ratio = rng.uniform(-0.7, 0.7, size=(batch,)).astype(np.float32)
-    return log_ratio, rng.normal(size=(batch,)).astype(np.float32), float(rng.uniform(0.05, 0.3))
+def gae_solution(rewards, values, dones, last_value, gamma, gae_lambda):
+    not_done = 1.0 - dones.astype(jnp.float32)
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # V_{t+1}, with V_T = last_value
+    deltas = rewards + gamma * next_values * not_done - values
+
+    def backwards(next_advantage, step):
+        delta, keep = step
+        advantage = delta + gamma * gae_lambda * keep * next_advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(backwards, jnp.zeros_like(last_value), (deltas, not_done), reverse=True)
+    return advantages
 
 
-def _clipped_objective_reference(log_ratio, advantages, clip_eps):
+def gae_ignoring_dones(rewards, values, dones, last_value, gamma, gae_lambda):
+    return gae_solution(rewards, values, jnp.zeros_like(dones), last_value, gamma, gae_lambda)
+
+
+def gae_done_cuts_only_the_bootstrap(rewards, values, dones, last_value, gamma, gae_lambda):
+    not_done = 1.0 - dones.astype(jnp.float32)
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
+    deltas = rewards + gamma * next_values * not_done - values
+
+    def backwards(next_advantage, delta):
+        advantage = delta + gamma * gae_lambda * next_advantage  # the next episode's advantage leaks in
+        return advantage, advantage
+
+    return jax.lax.scan(backwards, jnp.zeros_like(last_value), deltas, reverse=True)[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. ppo_clipped_loss: the masked clipped surrogate (core)
+
+
+def _clipped_loss_inputs(rng: np.random.Generator) -> tuple:
+    batch, actions = int(rng.integers(1, 100)), int(rng.integers(2, 10))
+    logits, mask, action = _legal_logits(rng, batch, actions, rng.uniform(0.5, 5.0))
+    log_probs = _masked_log_probs_float64(logits.astype(np.float32).astype(np.float64), mask)
+    # old log-probabilities near the current ones: ratios from 0.5 to 2, so that many are clipped
+    # on either side of 1 +- clip_eps
+    old_log_probs = log_probs[np.arange(batch), action] - rng.uniform(-0.7, 0.7, size=batch)
+    return (
+        logits.astype(np.float32),
+        mask,
+        action,
+        old_log_probs.astype(np.float32),
+        rng.normal(size=batch).astype(np.float32),
+        float(rng.uniform(0.05, 0.3)),
+    )
+
+
+def _clipped_loss_reference(logits, mask, actions, old_log_probs, advantages, clip_eps):
     from labcore import losses
 
-    return losses.ppo_clipped_objective(log_ratio, advantages, clip_eps)
+    log_probs = losses.masked_log_probs(logits, mask)
+    new_log_probs = jnp.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
+    return losses.ppo_clipped_objective(new_log_probs - old_log_probs, advantages, clip_eps)
+
+
+def ppo_clipped_loss_solution(logits, mask, actions, old_log_probs, advantages, clip_eps):
+    masked = jnp.where(mask, logits, -1e9)  # illegal actions: probability exactly 0
+    log_probs = masked - jax.scipy.special.logsumexp(masked, axis=-1, keepdims=True)
+    new_log_probs = log_probs[jnp.arange(actions.shape[0]), actions]
+    ratio = jnp.exp(new_log_probs - old_log_probs)  # pi_new(a) / pi_old(a)
+    surrogate = ratio * advantages
+    clipped_surrogate = jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages
+    objective = jnp.minimum(surrogate, clipped_surrogate).mean()  # the pessimistic bound
+    return -objective  # a loss to minimise
+
+
+def ppo_clipped_loss_unmasked(logits, mask, actions, old_log_probs, advantages, clip_eps):
+    log_probs = jax.nn.log_softmax(logits, axis=-1)  # over all actions, illegal ones included
+    ratio = jnp.exp(log_probs[jnp.arange(actions.shape[0]), actions] - old_log_probs)
+    return -jnp.minimum(ratio * advantages, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages).mean()
+
+
+def ppo_clipped_loss_max(logits, mask, actions, old_log_probs, advantages, clip_eps):
+    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
+    ratio = jnp.exp(log_probs[jnp.arange(actions.shape[0]), actions] - old_log_probs)
+    return -jnp.maximum(ratio * advantages, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages).mean()
+
+
+def ppo_clipped_loss_clip_only(logits, mask, actions, old_log_probs, advantages, clip_eps):
+    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
+    ratio = jnp.exp(log_probs[jnp.arange(actions.shape[0]), actions] - old_log_probs)
+    return -(jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages).mean()
+
+
+def ppo_clipped_loss_normalises_advantages(logits, mask, actions, old_log_probs, advantages, clip_eps):
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    return ppo_clipped_loss_solution(logits, mask, actions, old_log_probs, advantages, clip_eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. ppo_update_epoch: one epoch of shuffled minibatch steps (core)
+
+EPOCH_CLIP_EPS = 0.2
+
+
+def linear_actor_critic_loss(params, minibatch):
+    """The loss the ``ppo_update_epoch`` exercise optimises: PPO's loss for a linear actor-critic.
+
+    params: {"policy": [D, A], "value": [D]}; minibatch: {"obs": [S, D], "mask": [S, A] bool,
+    "action": [S] int32, "log_prob": [S] (log pi_old(action), stored when acting), "advantage": [S],
+    "returns": [S]}. Returns policy_loss + 0.5 * value_loss - 0.01 * entropy, a scalar: the masked
+    clipped loss (clip_eps 0.2), value_loss = 0.5 * mean((V - returns)^2) and the masked entropy's
+    mean, weighted as in ``PPOConfig.cartpole()`` (vf_coef 0.5, ent_coef 0.01).
+    """
+    from labcore import losses
+
+    # HIGHEST: float32 products on every backend (TPUs default to bfloat16 passes, recent GPUs to TF32)
+    logits = jnp.dot(minibatch["obs"], params["policy"], precision=jax.lax.Precision.HIGHEST)
+    values = jnp.dot(minibatch["obs"], params["value"], precision=jax.lax.Precision.HIGHEST)
+    policy_loss = _clipped_loss_reference(
+        logits, minibatch["mask"], minibatch["action"], minibatch["log_prob"], minibatch["advantage"], EPOCH_CLIP_EPS
+    )
+    value_loss = 0.5 * jnp.mean((values - minibatch["returns"]) ** 2)
+    entropy = jnp.mean(losses.masked_entropy(logits, minibatch["mask"]))
+    return policy_loss + 0.5 * value_loss - 0.01 * entropy
+
+
+@functools.cache
+def epoch_optimizer() -> optax.GradientTransformation:
+    """The optimizer the ``ppo_update_epoch`` exercise steps with: clipping then Adam, as in PPO."""
+    return optax.chain(optax.clip_by_global_norm(0.5), optax.adam(3e-2, eps=1e-5))
+
+
+def _update_epoch_inputs(rng: np.random.Generator) -> tuple:
+    num_minibatches, minibatch_size = int(rng.integers(2, 6)), int(rng.integers(2, 12))
+    batch_size = num_minibatches * minibatch_size
+    features, actions = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    policy = rng.normal(scale=0.5, size=(features, actions)).astype(np.float32)
+    value = rng.normal(scale=0.5, size=(features,)).astype(np.float32)
+    obs = rng.normal(size=(batch_size, features)).astype(np.float32)
+    _, mask, action = _legal_logits(rng, batch_size, actions, 1.0)
+    log_probs = _masked_log_probs_float64(obs.astype(np.float64) @ policy.astype(np.float64), mask)
+    batch = {
+        "obs": jnp_f32(obs),
+        "mask": jnp.asarray(mask),
+        "action": jnp.asarray(action),
+        # the policy that acted was a little different from the current one: ratios around 1
+        "log_prob": jnp_f32(log_probs[np.arange(batch_size), action] - rng.uniform(-0.3, 0.3, batch_size)),
+        "advantage": jnp_f32(rng.normal(size=batch_size)),
+        "returns": jnp_f32(rng.normal(size=batch_size)),
+    }
+    params = {"policy": jnp_f32(policy), "value": jnp_f32(value)}
+    # Adam's moments and step count from an earlier step, so that an answer must carry them on
+    warm_grads = {"policy": jnp_f32(rng.normal(size=policy.shape)), "value": jnp_f32(rng.normal(size=value.shape))}
+    opt_state = _warmed_up_state(params, warm_grads)
+    key = jax.random.key(int(rng.integers(0, 2**31)))
+    return params, opt_state, batch, key, linear_actor_critic_loss, epoch_optimizer(), num_minibatches
+
+
+@jax.jit
+def _warmed_up_state(params, grads):
+    """The optimizer state after one step on ``grads`` (one compiled call, not a dozen eager ones)."""
+    optimizer = epoch_optimizer()
+    return optimizer.update(grads, optimizer.init(params), params)[1]
+
+
+def _update_epoch_reference(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    batch_size = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    order = jax.random.permutation(key, batch_size)
+
+    def to_minibatches(leaf):
+        return leaf[order].reshape(num_minibatches, batch_size // num_minibatches, *leaf.shape[1:])
+
+    def minibatch_step(carry, minibatch):
+        params, opt_state = carry
+        grads = jax.grad(loss_fn)(params, minibatch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), None
+
+    (params, opt_state), _ = jax.lax.scan(
+        minibatch_step, (params, opt_state), jax.tree_util.tree_map(to_minibatches, batch)
+    )
+    return params, opt_state
+
+
+# The learner's answer, its solution and the mistakes run under jax.jit with the loss, the optimizer
+# and the number of minibatches static, as the epoch runs inside PPO's one compiled program.
+_EPOCH_STATIC = (4, 5, 6)
+
+
+def _run_epoch_jitted(fn):
+    return jax.jit(fn, static_argnums=_EPOCH_STATIC)
+
+
+def ppo_update_epoch_solution(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    batch_size = batch["obs"].shape[0]
+    shuffled = jax.random.permutation(key, batch_size)
+    # one row of indices per minibatch: [num_minibatches, minibatch_size]
+    index_rows = shuffled.reshape(num_minibatches, batch_size // num_minibatches)
+
+    def one_step(state, indices):
+        params, opt_state = state
+        minibatch = {name: values[indices] for name, values in batch.items()}
+        grads = jax.grad(loss_fn)(params, minibatch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return (params, opt_state), None
+
+    (params, opt_state), _ = jax.lax.scan(one_step, (params, opt_state), index_rows)
+    return params, opt_state
+
+
+def _epoch_over_index_rows(params, opt_state, batch, loss_fn, optimizer, index_rows):
+    """Steps in turn on the minibatches batch[index_rows[i]] (what the mistakes below share)."""
+    for indices in index_rows:
+        minibatch = {name: values[indices] for name, values in batch.items()}
+        updates, opt_state = optimizer.update(jax.grad(loss_fn)(params, minibatch), opt_state, params)
+        params = optax.apply_updates(params, updates)
+    return params, opt_state
+
+
+def ppo_update_epoch_unshuffled(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    batch_size = batch["obs"].shape[0]
+    index_rows = jnp.arange(batch_size).reshape(num_minibatches, -1)  # the rows in their stored order
+    return _epoch_over_index_rows(params, opt_state, batch, loss_fn, optimizer, index_rows)
+
+
+def ppo_update_epoch_permutation_per_minibatch(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    batch_size = batch["obs"].shape[0]
+    size = batch_size // num_minibatches
+    index_rows = [jax.random.permutation(k, batch_size)[:size] for k in jax.random.split(key, num_minibatches)]
+    return _epoch_over_index_rows(params, opt_state, batch, loss_fn, optimizer, index_rows)
+
+
+def ppo_update_epoch_split_key(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    _, shuffle_key = jax.random.split(key)  # a habit: but the exercise shuffles with key itself
+    batch_size = batch["obs"].shape[0]
+    index_rows = jax.random.permutation(shuffle_key, batch_size).reshape(num_minibatches, -1)
+    return _epoch_over_index_rows(params, opt_state, batch, loss_fn, optimizer, index_rows)
+
+
+def ppo_update_epoch_whole_batch_gradient(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    for _ in range(num_minibatches):
+        updates, opt_state = optimizer.update(jax.grad(loss_fn)(params, batch), opt_state, params)
+        params = optax.apply_updates(params, updates)
+    return params, opt_state
+
+
+def ppo_update_epoch_averaged_step(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    batch_size = batch["obs"].shape[0]
+    index_rows = jax.random.permutation(key, batch_size).reshape(num_minibatches, -1)
+    grads = [jax.grad(loss_fn)(params, {name: values[rows] for name, values in batch.items()}) for rows in index_rows]
+    mean_grads = jax.tree_util.tree_map(lambda *g: sum(g) / len(g), *grads)
+    updates, opt_state = optimizer.update(mean_grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def catalogue() -> list[Exercise]:
@@ -70,8 +365,16 @@ def catalogue() -> list[Exercise]:
             reference=_masked_log_prob_entropy_reference,
             make_inputs=_masked_policy_inputs,
             jit=True,
+            # Ten times the default: the entropy written as log Z - sum(p * logits), an equally right
+            # formula, cancels in float32 for logits this large (scale up to 10) and differed from
+            # the reference by 3.8 times the default tolerance on 40 inputs
             rtol=1e-4,
             atol=1e-5,
+            solution=masked_log_prob_entropy_solution,
+            mistakes=(
+                ("the entropy is taken over all actions, illegal ones included", masked_log_prob_entropy_unmasked_entropy),
+                ("log pi(action) is taken over all actions: the mask is ignored", masked_log_prob_entropy_unmasked_log_prob),
+            ),
         ),
         Exercise(
             name="gae",
@@ -83,18 +386,65 @@ def catalogue() -> list[Exercise]:
             "jax.lax.scan(..., reverse=True) does the backward loop in one compiled op.",
             reference=_gae_reference,
             make_inputs=_gae_inputs,
+            # Ten times the default: a Python loop over the steps rounds differently from the
+            # reference's reverse scan, up to 0.7 of the default tolerance on 40 inputs
             rtol=1e-4,
             atol=1e-5,
+            solution=gae_solution,
+            mistakes=(
+                ("dones are ignored: advantages run across episode ends", gae_ignoring_dones),
+                ("a done stops the bootstrap but not the recursion: (1 - done_t) must also multiply A_{t+1}",
+                 gae_done_cuts_only_the_bootstrap),
+            ),
         ),
         Exercise(
             name="ppo_clipped_loss",
-            description="PPO's clipped surrogate as a loss to minimise: log_ratio [B] (log pi_new - log pi_old), "
-            "advantages [B], clip_eps -> [].\n"
-            "ratio = exp(log_ratio); loss = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)). The min makes "
-            "the objective pessimistic: a ratio moving in the advantage's direction stops earning past the clip, "
-            "one moving against it is never clipped.",
-            reference=_clipped_objective_reference,
-            make_inputs=_clipped_objective_inputs,
+            description="PPO's clipped surrogate under an action mask, as a loss to minimise: logits [B, A], mask [B, A] "
+            "bool, actions [B] (legal), old_log_probs [B] (log pi_old(action), stored when acting), advantages [B], "
+            "clip_eps -> [].\n"
+            "log pi_new(action) comes from log_softmax(jnp.where(mask, logits, -1e9)), the same masked policy that "
+            "acted; ratio = exp(log pi_new - old_log_probs); loss = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) "
+            "* A)). The min makes the objective pessimistic: a ratio moving in the advantage's direction stops "
+            "earning past the clip, one moving against it is never clipped. Use the advantages as given (PPO "
+            "normalises them per minibatch before this loss, not inside it).",
+            reference=_clipped_loss_reference,
+            make_inputs=_clipped_loss_inputs,
             jit=True,
+            solution=ppo_clipped_loss_solution,
+            mistakes=(
+                ("log pi_new(action) ignores the mask, so illegal actions keep probability", ppo_clipped_loss_unmasked),
+                ("max instead of min: the optimistic bound, which lets the ratio earn past the clip", ppo_clipped_loss_max),
+                ("the clipped term alone, without the min against the unclipped one", ppo_clipped_loss_clip_only),
+                ("the advantages are normalised inside the loss; PPO does that per minibatch before it",
+                 ppo_clipped_loss_normalises_advantages),
+            ),
+            core=True,
+        ),
+        Exercise(
+            name="ppo_update_epoch",
+            description="One PPO update epoch: params, opt_state, batch (a dict of arrays with leading axis N), key, "
+            "loss_fn, optimizer, num_minibatches -> (params, opt_state) after num_minibatches optimizer steps.\n"
+            "Shuffle with order = jax.random.permutation(key, N) (key itself, not a key split from it), reorder every "
+            "array of the batch by it, and cut the result into num_minibatches consecutive minibatches of "
+            "N // num_minibatches rows. For each minibatch in turn: grads = jax.grad(loss_fn)(params, minibatch); "
+            "updates, opt_state = optimizer.update(grads, opt_state, params); params = optax.apply_updates(params, "
+            "updates). jax.lax.scan over the stacked minibatches [num_minibatches, N // num_minibatches, ...] does "
+            "the loop in one compiled op. Checked under jax.jit with loss_fn, optimizer and num_minibatches static.",
+            reference=_update_epoch_reference,
+            make_inputs=_update_epoch_inputs,
+            run_with=_run_epoch_jitted,
+            trials=3,  # each input has new shapes, so each trial compiles a whole epoch (seconds on a CPU)
+            solution=ppo_update_epoch_solution,
+            mistakes=(
+                ("no shuffling: the minibatches are the batch's rows in their stored order", ppo_update_epoch_unshuffled),
+                ("a new permutation for every minibatch, so some rows are used twice and others never",
+                 ppo_update_epoch_permutation_per_minibatch),
+                ("the shuffle uses a key split from key; the exercise shuffles with key itself", ppo_update_epoch_split_key),
+                ("every step takes the gradient of the whole batch, not of its minibatch",
+                 ppo_update_epoch_whole_batch_gradient),
+                ("one step on the minibatches' averaged gradients, where PPO steps on each minibatch in turn",
+                 ppo_update_epoch_averaged_step),
+            ),
+            core=True,
         ),
     ]
