@@ -12,6 +12,7 @@ and be linked from the README and the Colab page.
 from __future__ import annotations
 
 import copy
+import json
 import io
 import re
 import tokenize
@@ -285,6 +286,9 @@ class TestNotebookConventions:
     def test_valid_and_committed_without_outputs(self, path):
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
+        raw = json.loads(path.read_text())
+        ids = [cell.get("id") for cell in raw["cells"]]
+        assert None not in ids and len(set(ids)) == len(ids), f"{path.name}: every cell needs its own id (nbformat 4.5)"
         assert stored_output_problems(nb) == [], (
             f"{path.name} was committed with outputs; clear them with "
             f"`jupyter nbconvert --clear-output --inplace {path.relative_to(REPO_ROOT)}`"

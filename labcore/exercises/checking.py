@@ -89,9 +89,12 @@ def _describe_value(value: Any) -> str:
         return f"array{tuple(value.shape)} {value.dtype}"
     import jax.tree_util as jtu
 
+    if callable(value) and not hasattr(value, "shape"):  # a function, or an optax transformation
+        return getattr(value, "__name__", None) or type(value).__name__
     leaves = jtu.tree_leaves(value)
     if isinstance(value, dict | list | tuple) or (leaves and leaves[0] is not value):  # containers, dataclasses
-        return f"{type(value).__name__} pytree with {len(leaves)} arrays"
+        arrays = sum(hasattr(leaf, "shape") for leaf in leaves)
+        return f"{type(value).__name__} pytree with {arrays} arrays" if arrays else f"a {type(value).__name__}"
     return repr(value)
 
 
