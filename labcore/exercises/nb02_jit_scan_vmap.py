@@ -1,10 +1,111 @@
-"""Notebook 02 (jit_scan_vmap): per-example losses and gradients with vmap."""
+"""Notebook 02 (jit_scan_vmap): a training loop as one lax.scan, and per-example losses and gradients
+with vmap."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from labcore.exercises.checking import Exercise
+
+
+# ----------------------------------------------------------------------------------------------
+# scan_training_loop: T steps of SGD on a linear model, as one lax.scan.
+
+
+def _training_loop_inputs(rng: np.random.Generator) -> tuple:
+    steps = int(rng.integers(3, 13))
+    batch = int(rng.integers(4, 33))
+    features = int(rng.integers(2, 9))
+    params = {
+        "w": (0.5 * rng.normal(size=(features,))).astype(np.float32),
+        "b": np.float32(rng.normal()),
+    }
+    xs = rng.normal(size=(steps, batch, features)).astype(np.float32)
+    true_w = rng.normal(size=(features,)).astype(np.float32)
+    ys = (xs @ true_w + 0.1 * rng.normal(size=(steps, batch))).astype(np.float32)
+    return params, xs, ys, np.float32(rng.uniform(0.02, 0.2))
+
+
+def _training_loop_reference(params, xs, ys, learning_rate):
+    def mean_squared_error(p, x, y):
+        return jnp.mean(jnp.square(x @ p["w"] + p["b"] - y))
+
+    def sgd_step(p, batch):
+        loss, grad = jax.value_and_grad(mean_squared_error)(p, *batch)
+        return jax.tree_util.tree_map(lambda a, g: a - learning_rate * g, p, grad), loss
+
+    with jax.default_matmul_precision("highest"):
+        return jax.lax.scan(sgd_step, params, (xs, ys))
+
+
+def _at_float32_matmul_precision(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with its matmuls in full float32, as the reference's: TPUs (bfloat16 passes) and
+    Ampere GPUs (TF32) round a default float32 matmul far beyond the comparison's tolerance."""
+
+    def at_highest(*args):
+        with jax.default_matmul_precision("highest"):
+            return fn(*args)
+
+    return at_highest
+
+
+def scan_training_loop_solution(params, xs, ys, learning_rate):
+    def loss_fn(params, x, y):
+        prediction = x @ params["w"] + params["b"]
+        return jnp.mean((prediction - y) ** 2)
+
+    def step(params, batch):  # carry: the parameters; x: one step's batch
+        x, y = batch
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)  # the loss BEFORE this step
+        new_params = {name: params[name] - learning_rate * grads[name] for name in params}
+        return new_params, loss
+
+    final_params, losses = jax.lax.scan(step, params, (xs, ys))  # over the leading T axis
+    return final_params, losses
+
+
+def _mse(params, x, y):
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def _sgd(params, x, y, learning_rate):
+    grads = jax.grad(_mse)(params, x, y)
+    return {name: params[name] - learning_rate * grads[name] for name in params}
+
+
+def scan_training_loop_carry_not_threaded(params, xs, ys, learning_rate):
+    def step(carry, batch):
+        x, y = batch
+        return carry, (_sgd(params, x, y, learning_rate), _mse(params, x, y))  # `params`, not `carry`
+
+    _, (every_step, losses) = jax.lax.scan(step, params, (xs, ys))
+    return jax.tree_util.tree_map(lambda leaf: leaf[-1], every_step), losses
+
+
+def scan_training_loop_loss_after_step(params, xs, ys, learning_rate):
+    def step(params, batch):
+        x, y = batch
+        params = _sgd(params, x, y, learning_rate)
+        return params, _mse(params, x, y)  # measured on the updated parameters
+
+    return jax.lax.scan(step, params, (xs, ys))
+
+
+def scan_training_loop_reversed(params, xs, ys, learning_rate):
+    def step(params, batch):
+        x, y = batch
+        return _sgd(params, x, y, learning_rate), _mse(params, x, y)
+
+    return jax.lax.scan(step, params, (xs, ys), reverse=True)  # trains on the last batch first
+
+
+# ----------------------------------------------------------------------------------------------
+# vmap_loss and per_example_grads: one example's function, batched with vmap.
 
 
 def _regression_batch_inputs(rng: np.random.Generator) -> tuple:
@@ -19,8 +120,6 @@ def _regression_batch_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _per_example_loss_reference(w, b, xs, ys):
-    import jax
-
     def one(x, y):
         return 0.5 * (x @ w + b - y) ** 2
 
@@ -28,17 +127,66 @@ def _per_example_loss_reference(w, b, xs, ys):
 
 
 def _per_example_grads_reference(w, b, xs, ys):
-    import jax
-
     def one(w, x, y):
         return 0.5 * (x @ w + b - y) ** 2
 
     return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(w, xs, ys)
 
 
+def vmap_loss_solution(w, b, xs, ys):
+    def loss_of_one_example(x, y):  # x: [D], y: [] -> []
+        prediction = jnp.dot(x, w) + b
+        return 0.5 * (prediction - y) ** 2
+
+    return jax.vmap(loss_of_one_example, in_axes=(0, 0))(xs, ys)
+
+
+def vmap_loss_batch_mean(w, b, xs, ys):
+    return jnp.mean(0.5 * (xs @ w + b - ys) ** 2)
+
+
+def per_example_grads_solution(w, b, xs, ys):
+    def loss_of_one_example(w, x, y):
+        return 0.5 * (jnp.dot(x, w) + b - y) ** 2
+
+    grad_of_one = jax.grad(loss_of_one_example)  # d loss / d w, [D]
+    return jax.vmap(grad_of_one, in_axes=(None, 0, 0))(w, xs, ys)  # w shared, one row per example
+
+
+def per_example_grads_of_the_batch_mean(w, b, xs, ys):
+    grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w + b - ys) ** 2))(w)
+    return jnp.broadcast_to(grad, xs.shape)
+
+
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
     return [
+        Exercise(
+            name="scan_training_loop",
+            description="T steps of SGD on a linear model as one jax.lax.scan: params {'w': [D], 'b': []}, "
+            "xs [T, B, D], ys [T, B], learning_rate -> (final params, losses [T]), where losses[t] = "
+            "mean((xs[t] @ w + b - ys[t])**2) is measured BEFORE step t and each step is "
+            "params - learning_rate * grad.\n"
+            "The carry is the parameters and the scanned sequence is (xs, ys), whose leading axis is time: "
+            "the body takes (params, (x, y)) and returns (the new params, this step's loss). "
+            "jax.value_and_grad gives the loss and the gradient in one call.",
+            reference=_training_loop_reference,
+            make_inputs=_training_loop_inputs,
+            jit=True,
+            rtol=1e-4,
+            atol=1e-5,
+            run_with=_at_float32_matmul_precision,
+            solution=scan_training_loop_solution,
+            mistakes=(
+                ("the carry is not threaded: every step starts again from the initial parameters",
+                 scan_training_loop_carry_not_threaded),
+                ("each loss is measured after its step, on the updated parameters (off by one)",
+                 scan_training_loop_loss_after_step),
+                ("the scan runs backwards (reverse=True): training starts from the last batch",
+                 scan_training_loop_reversed),
+            ),
+            core=True,
+        ),
         Exercise(
             name="vmap_loss",
             description="Per-example squared error 0.5 * (x @ w + b - y)**2 for a batch xs [B, D], ys [B] -> [B].\n"
@@ -47,6 +195,8 @@ def catalogue() -> list[Exercise]:
             reference=_per_example_loss_reference,
             make_inputs=_regression_batch_inputs,
             jit=True,
+            solution=vmap_loss_solution,
+            mistakes=(("the batch mean, not one loss per example", vmap_loss_batch_mean),),
         ),
         Exercise(
             name="per_example_grads",
@@ -56,5 +206,7 @@ def catalogue() -> list[Exercise]:
             reference=_per_example_grads_reference,
             make_inputs=_regression_batch_inputs,
             jit=True,
+            solution=per_example_grads_solution,
+            mistakes=(("the gradient of the batch mean, copied to every row", per_example_grads_of_the_batch_mean),),
         ),
     ]

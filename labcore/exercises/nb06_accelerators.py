@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from labcore.exercises.checking import Exercise, jnp_f32
@@ -65,9 +69,75 @@ def _tree_bytes_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _tree_bytes_reference(tree):
-    import jax
-
     return sum(int(np.size(leaf)) * np.dtype(leaf.dtype).itemsize for leaf in jax.tree_util.tree_leaves(tree))
+
+
+# ----------------------------------------------------------------------------------------------
+# Worked solutions, as a learner would write them, and the classic mistakes.
+
+
+def round_to_tf32_solution(x):
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    lowest_kept_bit = (bits >> 13) & 1  # 1 when the kept part is odd: a tie then rounds up, to even
+    bits = (bits + jnp.uint32(0x0FFF) + lowest_kept_bit) & jnp.uint32(0xFFFFE000)  # round, then drop 13 bits
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def round_to_tf32_truncated(x):
+    return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000), jnp.float32)
+
+
+def round_to_tf32_ties_up(x):
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    return jax.lax.bitcast_convert_type((bits + jnp.uint32(0x1000)) & jnp.uint32(0xFFFFE000), jnp.float32)
+
+
+def round_to_tf32_as_bfloat16(x):
+    return x.astype(jnp.bfloat16).astype(jnp.float32)
+
+
+def bf16_matmul_solution(x, w):
+    x16, w16 = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)  # round the inputs
+    return jnp.matmul(x16, w16, preferred_element_type=jnp.float32)  # sum the products in float32
+
+
+def bf16_matmul_float32(x, w):
+    return x @ w
+
+
+def bf16_matmul_bfloat16_result(x, w):
+    return (x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
+
+
+def fit_minibatches_solution(num_envs, num_steps, requested):
+    batch = num_envs * num_steps
+    count = requested
+    while batch % count != 0:  # count 1 always divides, so this stops
+        count -= 1
+    return count
+
+
+def fit_minibatches_gcd(num_envs, num_steps, requested):
+    return math.gcd(num_envs * num_steps, requested)
+
+
+def fit_minibatches_requested(num_envs, num_steps, requested):
+    return requested
+
+
+def tree_bytes_solution(tree):
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        total += leaf.size * leaf.dtype.itemsize  # elements x bytes per element of this leaf's dtype
+    return total
+
+
+def tree_bytes_four_each(tree):
+    return sum(leaf.size * 4 for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def tree_bytes_element_count(tree):
+    return sum(leaf.size for leaf in jax.tree_util.tree_leaves(tree))
 
 
 def catalogue() -> list[Exercise]:
@@ -87,6 +157,12 @@ def catalogue() -> list[Exercise]:
             jit=True,
             rtol=0.0,
             atol=0.0,
+            solution=round_to_tf32_solution,
+            mistakes=(
+                ("truncation: the 13 low bits are cleared without rounding", round_to_tf32_truncated),
+                ("exact ties rounded up (adding 0x1000) instead of to even", round_to_tf32_ties_up),
+                ("bfloat16, which keeps 7 mantissa bits instead of 10", round_to_tf32_as_bfloat16),
+            ),
         ),
         Exercise(
             name="bf16_matmul",
@@ -101,6 +177,11 @@ def catalogue() -> list[Exercise]:
             jit=True,
             rtol=1e-4,
             atol=1e-4,
+            solution=bf16_matmul_solution,
+            mistakes=(
+                ("a plain float32 matmul: the inputs are not rounded to bfloat16", bf16_matmul_float32),
+                ("the product rounded to bfloat16 before the cast back to float32", bf16_matmul_bfloat16_result),
+            ),
         ),
         Exercise(
             name="fit_minibatches",
@@ -113,6 +194,11 @@ def catalogue() -> list[Exercise]:
             trials=20,
             rtol=0.0,
             atol=0.0,
+            solution=fit_minibatches_solution,
+            mistakes=(
+                ("math.gcd(batch, requested): a divisor, but not the largest one up to requested", fit_minibatches_gcd),
+                ("requested as it is, whether or not it divides the batch", fit_minibatches_requested),
+            ),
         ),
         Exercise(
             name="tree_bytes",
@@ -125,5 +211,10 @@ def catalogue() -> list[Exercise]:
             trials=10,
             rtol=0.0,
             atol=0.0,
+            solution=tree_bytes_solution,
+            mistakes=(
+                ("4 bytes for every element, whatever the dtype", tree_bytes_four_each),
+                ("the number of elements, not of bytes", tree_bytes_element_count),
+            ),
         ),
     ]
