@@ -105,7 +105,7 @@ def huber_quadratic_only(x, delta):
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 02: jit, vmap, pmap.
+# Notebook 02: jit, scan, vmap.
 def vmap_loss_right(w, b, xs, ys):
     return jax.vmap(lambda x, y: 0.5 * (jnp.dot(x, w) + b - y) ** 2)(xs, ys)
 
@@ -122,17 +122,6 @@ def per_example_grads_right(w, b, xs, ys):
 def per_example_grads_of_the_mean(w, b, xs, ys):
     grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w + b - ys) ** 2))(w)
     return jnp.broadcast_to(grad, xs.shape)  # the batch gradient copied, not per example
-
-
-def pmean_update_right(w, xs, ys, learning_rate):
-    residual = xs @ w - ys
-    grad = xs.T @ residual / xs.shape[0]
-    return w - learning_rate * jax.lax.pmean(grad, exercises.PMEAN_AXIS)
-
-
-def pmean_update_local_only(w, xs, ys, learning_rate):
-    grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w)
-    return w - learning_rate * grad  # each replica steps on its own shard: replicas drift apart
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,16 +218,18 @@ def gae_ignoring_dones(rewards, values, dones, last_value, gamma, gae_lambda):
     return gae_right(rewards, values, jnp.zeros_like(dones), last_value, gamma, gae_lambda)
 
 
-def clipped_loss_right(log_ratio, advantages, clip_eps):
-    ratio = jnp.exp(log_ratio)
+def clipped_loss_right(logits, mask, actions, old_log_probs, advantages, clip_eps):
+    chosen, _ = masked_policy_right(logits, mask, actions)
+    ratio = jnp.exp(chosen - old_log_probs)
     pessimistic = jnp.where(
         advantages >= 0, jnp.minimum(ratio, 1 + clip_eps) * advantages, jnp.maximum(ratio, 1 - clip_eps) * advantages
     )
     return -jnp.mean(pessimistic)
 
 
-def clipped_loss_clip_only(log_ratio, advantages, clip_eps):
-    return -jnp.mean(jnp.clip(jnp.exp(log_ratio), 1 - clip_eps, 1 + clip_eps) * advantages)  # no min: not pessimistic
+def clipped_loss_clip_only(logits, mask, actions, old_log_probs, advantages, clip_eps):
+    ratio = jnp.exp(masked_policy_right(logits, mask, actions)[0] - old_log_probs)
+    return -jnp.mean(jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages)  # no min: not pessimistic
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,7 +347,6 @@ RIGHT = {
     "huber_loss": huber_right,
     "vmap_loss": vmap_loss_right,
     "per_example_grads": per_example_grads_right,
-    "pmean_update": pmean_update_right,
     "device_keys": device_keys_right,
     "process_rows": process_rows_right,
     "weighted_gradient_mean": weighted_mean_right,
@@ -386,7 +376,6 @@ WRONG = {
     "huber_loss": huber_quadratic_only,
     "vmap_loss": vmap_loss_mean_not_per_example,
     "per_example_grads": per_example_grads_of_the_mean,
-    "pmean_update": pmean_update_local_only,
     "device_keys": device_keys_local_index_only,
     "process_rows": process_rows_strided,
     "weighted_gradient_mean": weighted_mean_unweighted,
@@ -615,12 +604,12 @@ def test_quantile_huber_reference_is_the_pytorch_originals_loss():
 
 
 def test_current_state_is_checked_under_jit_with_a_traced_index(capsys):
-    def the_plans_two_slices(states, idx, n_frames):
+    def two_slices_with_a_python_branch(states, idx, n_frames):
         if idx < n_frames - 1:  # a Python branch on the write position: fails once idx is traced
             return jnp.concatenate([states[idx - (n_frames - 1):], states[:idx]])
         return states[idx - (n_frames - 1):idx]
 
-    assert not exercises.check("current_state", the_plans_two_slices, seed=0)
+    assert not exercises.check("current_state", two_slices_with_a_python_branch, seed=0)
     assert "TracerBoolConversionError" in capsys.readouterr().out
 
 
@@ -629,7 +618,8 @@ def test_noisy_linear_is_checked_in_both_modes(capsys):
         return x @ kernel + bias  # right in eval mode, wrong in training mode
 
     assert not exercises.check("noisy_linear", mean_weights_only, seed=0)
-    assert "output[0]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "output[0]" in out and "classic mistake: no noise in training mode" in out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -685,31 +675,32 @@ def test_pairwise_accepts_the_expansion_form_despite_float32_cancellation():
             assert not exercises.check("pairwise_squared_distances", wrong, seed=0, verbose=False), wrong.__name__
 
 
-def test_pmean_update_needs_its_pmean_on_a_single_device_too():
-    # A process with one CPU device: pmap would run one replica, whose local gradient is the whole
-    # batch's, so the checker must run several replicas another way and still catch the missing pmean.
+def test_device_count_exercises_refuse_to_check_on_a_single_device():
+    # A process with one CPU device: a collective over one device changes nothing and a batch on one
+    # device counts as sharded, so a wrong answer would pass. The checkers refuse instead: the check
+    # fails (progress records it as not passed) and says why and how to get more devices.
     import os
     import subprocess
     import sys
     import textwrap
 
     script = textwrap.dedent("""
-        import jax, jax.numpy as jnp
+        import jax
         from labcore import exercises
         assert jax.device_count() == 1, jax.devices()
-        def right(w, xs, ys, lr):
-            return w - lr * jax.lax.pmean(xs.T @ (xs @ w - ys) / xs.shape[0], exercises.PMEAN_AXIS)
-        def local_only(w, xs, ys, lr):
-            return w - lr * xs.T @ (xs @ w - ys) / xs.shape[0]
-        assert exercises.check("pmean_update", right, seed=0, verbose=False)
-        assert exercises.check("pmean_update", right, seed=1, verbose=False)
-        assert not exercises.check("pmean_update", local_only, seed=0, verbose=False)
+        for name in ("shard_map_pmean", "global_batch_array"):
+            assert exercises.check(name, exercises.get(name).solution, seed=0) is False
+            assert exercises.progress("03", verbose=False)[name] == "failed"
         print("ok")
     """)
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+    for name in ("shard_map_pmean", "global_batch_array"):
+        (report,) = [line for line in result.stdout.splitlines() if line.startswith(f"FAIL  {name}")]
+        assert "NotEnoughDevices" in report and "at least 2 devices" in report, report
+        assert "--xla_force_host_platform_device_count=8" in report, report
 
 
 def test_progress_reports_each_exercise_by_notebook(monkeypatch, capsys):
@@ -723,10 +714,11 @@ def test_progress_reports_each_exercise_by_notebook(monkeypatch, capsys):
     exercises.check("epsilon_schedule", lambda step, start, end, duration: start, seed=0, verbose=False)
     notebook_01 = exercises.progress("01", verbose=False)
     assert notebook_01 == exercises.progress("nb01_haiku_dqn", verbose=False)
-    assert notebook_01 == {"replay_sample": "not tried", "epsilon_schedule": "failed", "huber_loss": "passed"}
+    assert notebook_01 == {"replay_sample": "not tried", "epsilon_schedule": "failed", "huber_loss": "passed",
+                           "dqn_update": "not tried"}
     capsys.readouterr()
     exercises.progress("01")
     printed = capsys.readouterr().out
-    assert "nb01_haiku_dqn: 1 of 3 passed" in printed and "[x] huber_loss" in printed and "[!] epsilon_schedule" in printed
+    assert "nb01_haiku_dqn: 1 of 4 passed" in printed and "[x] huber_loss" in printed and "[!] epsilon_schedule" in printed
     with pytest.raises(ValueError, match="nb00_jax_primitives"):
         exercises.progress("99")
