@@ -531,7 +531,20 @@ def test_unfinished_exercise_is_reported_as_not_written(capsys):
         raise NotImplementedError
 
     assert exercises.check("stable_softmax", stable_softmax, seed=1) is False
-    assert "not written yet" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not written yet" in out and exercises.get("stable_softmax").description.splitlines()[0] in out
+    # Nothing of the hint is printed unasked, only how to ask for it.
+    assert "keepdims" not in out and 'hint("stable_softmax")' in out
+
+
+def test_a_wrong_answer_gets_the_way_to_ask_for_a_hint_not_the_hint(capsys):
+    label, wrong = exercises.get("dqn_update").mistakes[0]
+    assert "terminal" in label
+    assert exercises.check("dqn_update", wrong, seed=0) is False
+    out = capsys.readouterr().out
+    assert "classic mistake" in out and 'hint("dqn_update")' in out and "value_and_grad" not in out
+    exercises.hint("dqn_update")
+    assert "value_and_grad" in capsys.readouterr().out
 
 
 def test_failure_names_the_first_mismatching_element(capsys):

@@ -17,8 +17,8 @@ one shape fails.
 ``nbNN_*`` module holds the exercises of notebook NN, and is registered here in
 notebook order, so ``names()`` lists the exercises in the order a reader meets them.
 
-``solution(name)`` shows a worked answer on request (the notebooks do not print one under the
-exercise); ``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
+``hint(name)`` and ``solution(name)`` show a hint and a worked answer on request (neither is
+printed unasked: a failing check names the classic mistake it sees, if any, and says how to ask); ``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
 notebook. ``python -m labcore exercises`` lists every exercise.
 """
 
@@ -27,11 +27,11 @@ from __future__ import annotations
 import importlib
 
 from labcore.exercises.checking import (
-    Exercise, InputMaker, check, first_mismatch, get, names, progress, register, solution,
+    Exercise, InputMaker, check, first_mismatch, get, hint, names, progress, register, solution,
 )
 from labcore.exercises.nb03_distributed import PMEAN_AXIS
 
-__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "names", "progress", "register", "solution"]
+__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "register", "solution"]
 
 # Notebook order: names() lists the exercises in the order a reader meets them.
 NOTEBOOK_MODULES = tuple(

@@ -22,7 +22,7 @@ class Exercise:
     """One exercise: a reference function and a way to draw random inputs for it."""
 
     name: str
-    description: str  # first line: the task; the rest: hints shown on failure
+    description: str  # first line: the task; the rest: the hint that hint(name) prints on request
     reference: Callable[..., Any]
     make_inputs: InputMaker  # rng -> positional arguments for both functions
     trials: int = 5
@@ -128,8 +128,6 @@ def first_mismatch(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e
 
 
 def _explain_exception(err: BaseException) -> str:
-    if isinstance(err, NotImplementedError):
-        return "it raised NotImplementedError: the exercise is not written yet"
     last = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
     where = f" (line {last.lineno}: {last.line})" if last and last.line else ""
     message = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -165,6 +163,17 @@ def check(
             print(message)
         return ok
 
+    # Every comparison runs at full float32 matmul precision: TPUs (and TF32 on Ampere GPUs) would
+    # otherwise round matmul inputs by default, so a right answer written without a matmul could
+    # miss a reference written with one, and a plain float32 matmul could pass for a bfloat16 one.
+    with jax.default_matmul_precision("highest"):
+        return _run_trials(name, exercise, learner_fn, rng, seed, n_trials, report)
+
+
+def _run_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], rng: np.random.Generator,
+                seed: int, n_trials: int, report: Callable[[bool, str], bool]) -> bool:
+    import jax
+
     for trial in range(n_trials):
         args = exercise.make_inputs(rng)
         expected = exercise.reference(*args)
@@ -176,22 +185,37 @@ def check(
             got = None
             try:
                 got = jax.block_until_ready(fn(*args))
+            except NotImplementedError:
+                # Not attempted yet (the notebook's stub): say what to write, give nothing away.
+                task = exercise.description.splitlines()[0]
+                return report(False, f"WRITE {name}: not written yet. {task}\n      {_ASK}".replace("{name}", name))
             except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
                 problem = _explain_exception(err)
             else:
                 problem = first_mismatch(got, expected, exercise.rtol, exercise.atol)
             if problem is not None:
-                hint = "\n".join(exercise.description.splitlines()[1:]).strip()
                 known = None if got is None else _matching_mistake(exercise, args, got)
                 return report(
                     False,
                     f"FAIL  {name}: on input {trial + 1} of {n_trials}{how} (seed {seed}), {problem}.\n"
                     f"      inputs: {_describe_inputs(args)}"
                     + (f"\n      this is a classic mistake: {known}" if known else "")
-                    + (f"\n      hint: {textwrap.fill(hint, 88, subsequent_indent=' ' * 12)}" if hint else ""),
+                    + f"\n      {_ASK}".replace("{name}", name),
                 )
     checked = " and under jax.jit" if exercise.jit else ""
     return report(True, f"PASS  {name}: matches the reference on {n_trials} random inputs{checked}.")
+
+
+# Hints and worked answers are on request, never printed unasked: the learner tries first.
+_ASK = 'stuck? hint("{name}") gives a hint, solution("{name}") a worked answer (labcore.exercises).'
+
+
+def hint(name: str) -> None:
+    """Print the task of exercise ``name`` and its hint (what ``check`` does not print unasked)."""
+    exercise = get(name)
+    task, *rest = exercise.description.splitlines()
+    text = " ".join(line.strip() for line in rest).strip() or "no hint beyond the task itself."
+    print(f"{name}: {task}\nhint: {textwrap.fill(text, 96, subsequent_indent='      ')}")
 
 
 def _matching_mistake(exercise: Exercise, args: tuple, got: Any) -> str | None:
