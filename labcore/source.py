@@ -59,7 +59,7 @@ def _relative_path(filename: str, module: str) -> str:
 
 
 def _find_piece(tree: ast.AST, piece: str) -> ast.AST | None:
-    """The first function or class named ``piece`` defined anywhere inside ``tree`` (depth first,
+    """The first function or class named ``piece`` defined anywhere inside ``tree`` (breadth first,
     in source order), not counting ``tree`` itself."""
     for node in ast.walk(tree):
         if node is tree:

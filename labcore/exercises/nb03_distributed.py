@@ -182,7 +182,7 @@ def global_batch_array_in_device_order(blocks, mesh):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, jax.devices())]
+    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, jax.devices("cpu"))]
     global_shape = (sum(block.shape[0] for block in blocks), *blocks[0].shape[1:])
     return jax.make_array_from_single_device_arrays(global_shape, NamedSharding(mesh, P("devices")), on_devices)
 
@@ -334,7 +334,7 @@ def catalogue() -> list[Exercise]:
             f"i-th block of rows lives on the mesh's i-th device, sharded along the mesh axis '{PMEAN_AXIS}'. blocks "
             "is a list of n NumPy arrays [b, ...]; mesh a 1-D jax.sharding.Mesh of n devices.\n"
             "Put each block on its device (jax.device_put(block, device), the devices in mesh.devices order, which "
-            "need not be jax.devices() order), then join them with jax.make_array_from_single_device_arrays(global "
+            "need not be jax.devices('cpu') order), then join them with jax.make_array_from_single_device_arrays(global "
             f"shape, NamedSharding(mesh, PartitionSpec('{PMEAN_AXIS}')), arrays). This is what "
             "jax.make_array_from_process_local_data does in each process of a multi-process run, where a process "
             "holds only its own devices' blocks. The checker compares the values and the rows each device holds.",
@@ -348,7 +348,7 @@ def catalogue() -> list[Exercise]:
                 ("jnp.concatenate: the right values, but the whole batch on one device", global_batch_array_concatenated),
                 ("NamedSharding(mesh, PartitionSpec()): replicated, every device holds the whole batch",
                  global_batch_array_replicated),
-                ("blocks placed on jax.devices() in order instead of on mesh.devices: rows land on the wrong devices "
+                ("blocks placed on jax.devices(\"cpu\") in order instead of on mesh.devices: rows land on the wrong devices "
                  "and come back out of order", global_batch_array_in_device_order),
             ),
         ),

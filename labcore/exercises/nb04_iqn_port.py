@@ -247,7 +247,7 @@ def catalogue() -> list[Exercise]:
             atol=1e-6,
             solution=quantile_huber_loss,
             mistakes=(
-                ("summed over the target quantiles j (the IQN paper's form), not averaged",
+                ("summed over the target quantiles j instead of averaged over them",
                  _quantile_huber_summed_over_targets),
                 ("no quantile weight |tau - 1{td < 0}|: a plain Huber loss",
                  _quantile_huber_without_the_quantile_weight),

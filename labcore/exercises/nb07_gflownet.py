@@ -67,6 +67,9 @@ def _trajectory_balance_inputs(rng: np.random.Generator) -> tuple:
     log_pb = -rng.exponential(size=(batch, steps)).astype(np.float32)
     lengths = rng.integers(1, steps + 1, size=batch).astype(np.int32)
     lengths[rng.integers(batch)] = 1
+    # As step_log_probs computes them: the exit action (step L - 1) has no backward move, so its
+    # log P_B is 0. An answer that leaves the exit step out of the backward sum is then right too.
+    log_pb[np.arange(batch), lengths - 1] = 0.0
     log_z = np.float32(rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 3.0))
     return log_z, log_pf, log_pb, lengths, rng.normal(size=batch).astype(np.float32)
 
