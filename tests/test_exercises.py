@@ -735,3 +735,31 @@ def test_progress_reports_each_exercise_by_notebook(monkeypatch, capsys):
     assert "nb01_haiku_dqn: 1 of 4 passed" in printed and "[x] huber_loss" in printed and "[!] epsilon_schedule" in printed
     with pytest.raises(ValueError, match="nb00_jax_primitives"):
         exercises.progress("99")
+
+
+def test_scan_training_loop_refuses_an_unrolled_python_loop_and_accepts_fori_loop(capsys):
+    # Same numbers, wrong lesson: a Python for is unrolled by jit into one copy of the step per step.
+    def step(params, x, y, learning_rate):
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean((x @ p["w"] + p["b"] - y) ** 2))(params)
+        return {k: params[k] - learning_rate * grads[k] for k in params}, loss
+
+    def python_loop(params, xs, ys, learning_rate):
+        losses = []
+        for t in range(xs.shape[0]):
+            params, loss = step(params, xs[t], ys[t], learning_rate)
+            losses.append(loss)
+        return params, jnp.stack(losses)
+
+    def fori(params, xs, ys, learning_rate):
+        xs, ys = jnp.asarray(xs), jnp.asarray(ys)  # indexed by a traced step below
+
+        def body(t, carry):
+            params, losses = carry
+            params, loss = step(params, xs[t], ys[t], learning_rate)
+            return params, losses.at[t].set(loss)
+
+        return jax.lax.fori_loop(0, xs.shape[0], body, (params, jnp.zeros(xs.shape[0])))
+
+    assert exercises.check("scan_training_loop", python_loop, seed=0) is False
+    assert "UnrolledLoop" in capsys.readouterr().out
+    assert exercises.check("scan_training_loop", fori, seed=0, verbose=False)

@@ -3,6 +3,7 @@ with vmap."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,15 +44,26 @@ def _training_loop_reference(params, xs, ys, learning_rate):
         return jax.lax.scan(sgd_step, params, (xs, ys))
 
 
-def _at_float32_matmul_precision(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with its matmuls in full float32, as the reference's: TPUs (bfloat16 passes) and
-    Ampere GPUs (TF32) round a default float32 matmul far beyond the comparison's tolerance."""
+class UnrolledLoop(ValueError):
+    """The answer computes the right numbers with a Python loop, which jit unrolls into T copies."""
 
-    def at_highest(*args):
+
+def _as_one_compiled_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, refused when its program holds no loop: a Python ``for`` over the T steps gives the
+    same numbers, but jit unrolls it into T copies of the step (compile time and program size grow
+    with T), which is what this exercise is about. ``lax.scan`` and ``lax.fori_loop`` (a scan or a
+    while loop underneath) pass. Matmuls run in full float32, as the reference's: TPUs (bfloat16
+    passes) and Ampere GPUs (TF32) round a default float32 matmul far beyond the tolerance."""
+
+    def checked(*args):
         with jax.default_matmul_precision("highest"):
+            program = str(jax.make_jaxpr(fn)(*args))
+            if not re.search(r"\b(scan|while)\[", program):
+                raise UnrolledLoop("the program has no loop: a Python for over the steps is unrolled by jit into "
+                                   "one copy per step; carry the parameters through jax.lax.scan instead")
             return fn(*args)
 
-    return at_highest
+    return checked
 
 
 def scan_training_loop_solution(params, xs, ys, learning_rate):
@@ -175,7 +187,7 @@ def catalogue() -> list[Exercise]:
             jit=True,
             rtol=1e-4,
             atol=1e-5,
-            run_with=_at_float32_matmul_precision,
+            run_with=_as_one_compiled_loop,
             solution=scan_training_loop_solution,
             mistakes=(
                 ("the carry is not threaded: every step starts again from the initial parameters",
