@@ -127,8 +127,7 @@ def _dqn_update_inputs(rng: np.random.Generator) -> tuple:
 def _dqn_update_reference(state, batch, gamma: float, target_period: int):
     """labcore's own update (``dqn.make_update``) with the checker's network and optimiser: the squared
     TD loss, one optimiser step, a hard target copy every ``target_period`` updates."""
-    with jax.default_matmul_precision("float32"):
-        new_state, metrics = _jitted_update(gamma, target_period)(state, batch)
+    new_state, metrics = _jitted_update(gamma, target_period)(state, batch)
     return new_state, metrics["loss"]
 
 
@@ -142,12 +141,10 @@ def _jitted_update(gamma: float, target_period: int):
 
 def _with_the_checkers_network(update_fn):
     """Run ``update_fn(network, optimizer, state, batch, gamma, target_period)`` on the checker's
-    network and optimiser, with float32 matmuls as the reference (TPUs and recent GPUs default to
-    fewer mantissa bits, which would differ between two correct answers by more than the tolerance)."""
+    network and optimiser (``check`` runs it, like the reference, with full float32 matmuls)."""
 
     def run(state, batch, gamma, target_period):
-        with jax.default_matmul_precision("float32"):
-            return update_fn(_network(), _optimizer(), state, batch, gamma, target_period)
+        return update_fn(_network(), _optimizer(), state, batch, gamma, target_period)
 
     return run
 

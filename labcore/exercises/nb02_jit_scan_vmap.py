@@ -40,8 +40,7 @@ def _training_loop_reference(params, xs, ys, learning_rate):
         loss, grad = jax.value_and_grad(mean_squared_error)(p, *batch)
         return jax.tree_util.tree_map(lambda a, g: a - learning_rate * g, p, grad), loss
 
-    with jax.default_matmul_precision("highest"):
-        return jax.lax.scan(sgd_step, params, (xs, ys))
+    return jax.lax.scan(sgd_step, params, (xs, ys))
 
 
 class UnrolledLoop(ValueError):
@@ -52,16 +51,14 @@ def _as_one_compiled_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn``, refused when its program holds no loop: a Python ``for`` over the T steps gives the
     same numbers, but jit unrolls it into T copies of the step (compile time and program size grow
     with T), which is what this exercise is about. ``lax.scan`` and ``lax.fori_loop`` (a scan or a
-    while loop underneath) pass. Matmuls run in full float32, as the reference's: TPUs (bfloat16
-    passes) and Ampere GPUs (TF32) round a default float32 matmul far beyond the tolerance."""
+    while loop underneath) pass."""
 
     def checked(*args):
-        with jax.default_matmul_precision("highest"):
-            program = str(jax.make_jaxpr(fn)(*args))
-            if not re.search(r"\b(scan|while)\[", program):
-                raise UnrolledLoop("the program has no loop: a Python for over the steps is unrolled by jit into "
-                                   "one copy per step; carry the parameters through jax.lax.scan instead")
-            return fn(*args)
+        program = str(jax.make_jaxpr(fn)(*args))
+        if not re.search(r"\b(scan|while)\[", program):
+            raise UnrolledLoop("the program has no loop: a Python for over the steps is unrolled by jit into "
+                               "one copy per step; carry the parameters through jax.lax.scan instead")
+        return fn(*args)
 
     return checked
 

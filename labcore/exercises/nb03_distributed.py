@@ -70,8 +70,7 @@ def _sgd_step_inputs(rng: np.random.Generator) -> tuple:
 
 def _sgd_step_on_every_replica(w, xs, ys, learning_rate, mesh):
     """The single-device step on the whole batch, as every replica should return it: [devices, D]."""
-    with jax.default_matmul_precision("highest"):
-        grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w)
+    grad = jax.grad(lambda w: jnp.mean(0.5 * (xs @ w - ys) ** 2))(w)
     return jnp.broadcast_to(w - learning_rate * grad, (mesh.size, *w.shape))
 
 
@@ -92,8 +91,7 @@ def _run_under_shard_map(step):
         sharded = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(PMEAN_AXIS), P(PMEAN_AXIS)),
                                         out_specs=P(PMEAN_AXIS), check_vma=False))
         put = lambda value, spec: jax.device_put(value, NamedSharding(mesh, spec))  # noqa: E731
-        with jax.default_matmul_precision("highest"):
-            return sharded(put(w, P()), put(xs, P(PMEAN_AXIS)), put(ys, P(PMEAN_AXIS)))
+        return sharded(put(w, P()), put(xs, P(PMEAN_AXIS)), put(ys, P(PMEAN_AXIS)))
 
     return run
 
