@@ -169,7 +169,7 @@ def catalogue() -> list[Exercise]:
             description="A mixed-precision matmul, as a bfloat16 layer computes: x [M, K] float32, w [K, N] float32 "
             "-> [M, N] float32, with both inputs rounded to bfloat16 and the products summed in float32.\n"
             "jnp.dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), preferred_element_type=jnp.float32). "
-            "A plain float32 matmul is too exact here (on a CPU; a TPU rounds to bfloat16 by default), and "
+            "A plain float32 matmul is too exact here (the checker runs at full float32 precision, on a TPU too), and "
             "x.astype(bf16) @ w.astype(bf16) returns bfloat16: its result is rounded to 8 significant bits, "
             "which is the error mixed precision avoids by accumulating in float32.",
             reference=_bf16_matmul_reference,
