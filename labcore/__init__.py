@@ -4,6 +4,9 @@ The numbered notebooks in ``notebooks/`` teach; this package holds the single
 tested copy of every algorithm they use. Import cost is kept small on purpose:
 ``import labcore`` does not import JAX, so a notebook can set ``XLA_FLAGS`` or
 ``JAX_PLATFORMS`` after importing labcore and before its first JAX import.
+
+``import labcore`` does turn on JAX's persistent compilation cache (a folder in the user's cache
+directory; ``LABCORE_COMPILATION_CACHE=0`` turns it off): see ``labcore.compile_cache``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ __version__ = "0.2.0"
 __all__ = ["__version__", "budget", "is_quick"]
 
 T = TypeVar("T")
+
+from labcore import compile_cache as _compile_cache  # noqa: E402  (sets environment variables only)
+
+_compile_cache.configure()
 
 QUICK_ENV_VAR = "LABCORE_QUICK"
 

@@ -1,6 +1,7 @@
 """``python -m labcore doctor``: is this machine ready for the lab, and how fast is it?
 
-Prints the versions of the stack, the devices JAX sees, and two measured
+Prints the versions of the stack, the devices JAX sees, the persistent compilation cache (on or
+off, where, how big; see labcore.compile_cache), and two measured
 numbers: a jitted float32 matmul's rate in GFLOP/s (the machine's compute
 ceiling for dense layers) and the speed-up that ``jax.jit`` gives a chain of
 small element-wise operations (what fusing them into one kernel is worth).
@@ -14,7 +15,7 @@ import json
 import platform as _platform
 from typing import Any
 
-from labcore import devices
+from labcore import compile_cache, devices
 from labcore.benchmarking import time_call
 
 # Distribution names (as pip knows them) of everything the notebooks use.
@@ -112,6 +113,7 @@ def run(matmul_n: int = 1024, vector_size: int = 1_000_000, as_json: bool = Fals
         "devices": report.as_dict(),
         "matmul": dataclasses.asdict(matmul),
         "jit_speedup": dataclasses.asdict(speedup),
+        "compilation_cache": compile_cache.status(),
     }
     if as_json:
         print(json.dumps(result, indent=2))
@@ -132,6 +134,13 @@ def run(matmul_n: int = 1024, vector_size: int = 1_000_000, as_json: bool = Fals
         f"element-wise chain on {speedup.size:,} floats: op by op {speedup.eager_seconds * 1e3:.2f} ms, "
         f"jitted {speedup.jit_seconds * 1e3:.2f} ms -> jit speed-up {speedup.speedup:.1f}x"
     )
+    cache = result["compilation_cache"]
+    print("\n== persistent compilation cache")
+    if cache["enabled"]:
+        print(f"on: {cache['folder']} ({cache['entries']} entries, {cache['bytes'] / 2**20:.1f} MiB; {cache['reason']}); "
+              f"{cache['off_switch']} turns it off")
+    else:
+        print(f"off: {cache['reason']}")
     missing = [name for name, v in versions.items() if v == "not installed" and name != "torch"]
     if missing:
         print(f"\nmissing packages: {', '.join(missing)} (run `make lab` or `pip install -r requirements.txt`)")

@@ -48,6 +48,7 @@ def test_doctor_command_prints_versions_devices_and_benchmark():
     assert "== versions" in text and "jax " in text
     assert "== devices" in text and "platform" in text
     assert "GFLOP/s" in text and "jit speed-up" in text
+    assert "== persistent compilation cache" in text
 
 
 def test_doctor_json_is_machine_readable():
@@ -57,6 +58,9 @@ def test_doctor_json_is_machine_readable():
     assert data["matmul"]["gflops"] > 0
     assert data["devices"]["device_count"] >= 1
     assert data["versions"]["jax"]
+    cache = data["compilation_cache"]
+    assert cache["off_switch"] == "LABCORE_COMPILATION_CACHE=0"
+    assert cache["enabled"] == (cache["folder"] is not None)
 
 
 def test_doctor_rejects_nonsense_sizes():

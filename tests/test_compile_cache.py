@@ -1,0 +1,135 @@
+"""labcore turns JAX's persistent compilation cache on at import, with an off switch.
+
+Each case runs in a fresh Python process (the cache is decided when JAX is imported and at the
+first compile), with its own cache folder, and watches JAX's own monitoring events to see whether
+a compile was written to or read from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from labcore import compile_cache
+
+# Compiles one small program and reports what JAX's cache did, as JSON on the last line.
+PROBE = """
+import json, sys
+{before}
+import labcore
+import jax, jax.numpy as jnp
+from labcore import compile_cache
+events = []
+jax.monitoring.register_event_listener(lambda event, **kw: events.append(event))
+jax.jit(lambda x: jnp.tanh(x) * 3.0 + 1.0)(jnp.arange(5.0)).block_until_ready()
+extra = None
+{after}
+print(json.dumps({{"status": compile_cache.status(), "events": events, "extra": extra,
+                  "jax_dir": jax.config.jax_compilation_cache_dir,
+                  "enabled_flag": bool(jax.config.jax_enable_compilation_cache)}}))
+"""
+
+
+def _probe(env_changes: dict[str, str | None], before: str = "", after: str = "") -> dict:
+    env = {key: value for key, value in os.environ.items()
+           if key not in (compile_cache.SWITCH_ENV_VAR, compile_cache.JAX_DIR_ENV_VAR,
+                          compile_cache.JAX_MIN_TIME_ENV_VAR, "JAX_ENABLE_COMPILATION_CACHE")}
+    for key, value in env_changes.items():
+        if value is not None:
+            env[key] = value
+    done = subprocess.run([sys.executable, "-c", PROBE.format(before=before, after=after)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+HIT = "/jax/compilation_cache/cache_hits"
+USED = "/jax/compilation_cache/compile_requests_use_cache"
+
+
+def test_on_by_default_in_the_user_cache_folder_and_a_second_process_reads_it(tmp_path):
+    first = _probe({"XDG_CACHE_HOME": str(tmp_path)})
+    folder = tmp_path / "labcore" / "jax"
+    assert first["status"]["enabled"] and first["status"]["folder"] == str(folder)
+    assert USED in first["events"] and HIT not in first["events"]
+    written = sorted(path.name for path in folder.iterdir())
+    assert written, "the first process wrote nothing to the cache"
+
+    second = _probe({"XDG_CACHE_HOME": str(tmp_path)})
+    assert HIT in second["events"], "the second process compiled again instead of reading the cache"
+    assert sorted(path.name for path in folder.iterdir()) == written
+
+
+def test_the_switch_turns_it_off_even_when_a_parent_passed_the_folder_down(tmp_path):
+    inherited = tmp_path / "from-parent"
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path), compile_cache.SWITCH_ENV_VAR: "0",
+                     compile_cache.JAX_DIR_ENV_VAR: str(inherited)})
+    assert not result["status"]["enabled"] and "LABCORE_COMPILATION_CACHE=0" in result["status"]["reason"]
+    assert USED not in result["events"] and not result["enabled_flag"]
+    assert not inherited.exists() and not (tmp_path / "labcore").exists()
+
+
+def test_the_switch_can_name_another_folder(tmp_path):
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path / "unused"), compile_cache.SWITCH_ENV_VAR: str(tmp_path / "mine")})
+    assert result["status"]["folder"] == str(tmp_path / "mine")
+    assert any((tmp_path / "mine").iterdir()) and not (tmp_path / "unused").exists()
+
+
+def test_jax_own_setting_is_left_alone(tmp_path):
+    own = str(tmp_path / "jax-own")
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path / "unused"), compile_cache.JAX_DIR_ENV_VAR: own})
+    assert result["status"]["folder"] == own and "left it alone" in result["status"]["reason"]
+    assert result["jax_dir"] == own and not (tmp_path / "unused").exists()
+    # labcore's zero minimum compile time is not forced on a user who chose JAX's settings: JAX's
+    # default (one second) keeps this small program out of the cache.
+    assert not (tmp_path / "jax-own").exists() or not any((tmp_path / "jax-own").iterdir())
+
+
+def test_a_folder_that_cannot_be_created_leaves_it_off_without_failing(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = _probe({"XDG_CACHE_HOME": str(blocker)})
+    assert not result["status"]["enabled"] and "could not create" in result["status"]["reason"]
+    assert result["jax_dir"] is None and HIT not in result["events"]
+
+
+def test_importing_labcore_after_jax_compiled_still_turns_it_on(tmp_path):
+    # JAX takes its once-per-process decision at the first compile; labcore resets it.
+    before = "import jax, jax.numpy as jnp; jax.jit(lambda x: x - 1.0)(jnp.ones(2)).block_until_ready()"
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path)}, before=before)
+    assert result["status"]["enabled"] and result["jax_dir"] == str(tmp_path / "labcore" / "jax")
+    assert any((tmp_path / "labcore" / "jax").iterdir())
+
+
+def test_disabled_compiles_without_the_cache_and_restores_it(tmp_path):
+    after = """
+import pathlib
+folder = pathlib.Path(compile_cache.status()["folder"])
+count = lambda: len(list(folder.iterdir()))
+events.clear(); start = count()
+with compile_cache.disabled():
+    jax.jit(lambda x: jnp.cos(x) * 5.0)(jnp.arange(3.0)).block_until_ready()
+inside = {"events": list(events), "new_files": count() - start}
+events.clear(); start = count()
+jax.jit(lambda x: jnp.sin(x) * 7.0)(jnp.arange(3.0)).block_until_ready()
+extra = {"inside": inside, "after": {"events": list(events), "new_files": count() - start}}
+"""
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path)}, after=after)
+    assert USED not in result["extra"]["inside"]["events"] and result["extra"]["inside"]["new_files"] == 0
+    assert result["extra"]["after"]["new_files"] > 0 and result["enabled_flag"]
+
+
+def test_the_default_folder_follows_xdg_cache_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compile_cache.default_folder() == tmp_path / "labcore" / "jax"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert compile_cache.default_folder().parts[-3:] == (".cache", "labcore", "jax")
+
+
+@pytest.mark.parametrize("value", ["0", "off", "OFF", "false", "no"])
+def test_off_values(value):
+    assert not compile_cache._decide({compile_cache.SWITCH_ENV_VAR: value}).enabled
