@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from labcore import exercises, primitives
+from labcore.exercises import nb08_debugging
 
 
 # ----------------------------------------------------------------------------------------------
@@ -693,3 +694,219 @@ def test_scan_training_loop_refuses_an_unrolled_python_loop_and_accepts_fori_loo
     assert exercises.check("scan_training_loop", python_loop, seed=0) is False
     assert "UnrolledLoop" in capsys.readouterr().out
     assert exercises.check("scan_training_loop", fori, seed=0, verbose=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Notebook 08: find the bug. The catalogue-wide tests run each worked fix and each classic mistake;
+# these check the broken functions as the notebook hands them out, other right fixes, GAE against
+# float64, and the symptom each bug shows.
+def pasted(broken):
+    """``broken`` defined again from its source in a namespace holding only jax and jnp, as the
+    notebook's cell defines it: proof that the handed-out source stands alone."""
+    import inspect
+
+    namespace = {"jax": jax, "jnp": jnp}
+    exec(inspect.getsource(broken), namespace)
+    return namespace[broken.__name__]
+
+
+@pytest.mark.parametrize("name", sorted(nb08_debugging.BROKEN))
+def test_nb08_broken_function_fails_its_check_and_is_named(name, capsys):
+    broken = nb08_debugging.BROKEN[name]
+    label, first_mistake = exercises.get(name).mistakes[0]
+    assert first_mistake is broken  # check() names the first matching mistake: the handed-out bug
+    assert exercises.check(name, pasted(broken), seed=0) is False
+    out = capsys.readouterr().out
+    assert out.startswith(f"FAIL  {name}") and f"this is a classic mistake: {label}" in out, out
+
+
+def test_nb08_broken_sources_are_in_notebook_08_verbatim():
+    # The notebook hands out each broken function in a code cell of its own, for the learner to edit.
+    import inspect
+
+    import nbformat
+
+    from conftest import NOTEBOOKS_DIR
+
+    found = sorted(NOTEBOOKS_DIR.glob("08_*.ipynb"))
+    if not found:
+        pytest.skip("notebook 08 is not in notebooks/")
+    sources = [cell.source for cell in nbformat.read(found[0], as_version=4).cells if cell.cell_type == "code"]
+    for name, broken in nb08_debugging.BROKEN.items():
+        assert any(inspect.getsource(broken).strip() in source for source in sources), name
+
+
+def reused_key_fixed_by_one_edit(key, q_values, epsilon):
+    # the broken function with its two lines fixed: split into three, carry the new key
+    num_envs, num_actions = q_values.shape[1:]
+
+    def step(key, q):
+        key, coin_key, action_key = jax.random.split(key, 3)
+        explore = jax.random.uniform(coin_key, (num_envs,)) < epsilon
+        random_actions = jax.random.randint(action_key, (num_envs,), 0, num_actions)
+        return key, jnp.where(explore, random_actions, jnp.argmax(q, axis=-1))
+
+    return jax.lax.scan(step, key, q_values)[1]
+
+
+def reused_key_fixed_with_indexed_keys(key, q_values, epsilon):
+    def step(key, q):
+        keys = jax.random.split(key, 3)
+        explore = jax.random.uniform(keys[1], q.shape[:1]) < epsilon
+        random_actions = jax.random.randint(keys[2], q.shape[:1], 0, q.shape[1])
+        return keys[0], jnp.where(explore, random_actions, q.argmax(-1))
+
+    return jax.lax.scan(step, key, q_values)[1]
+
+
+def td_loss_stop_gradient_on_next_q(params, obs, actions, rewards, next_obs, terminated, gamma):
+    q = obs @ params["w"] + params["b"]
+    next_q = jax.lax.stop_gradient(next_obs @ params["w"] + params["b"])
+    target = rewards + gamma * (1.0 - terminated) * next_q.max(axis=1)
+    return jnp.mean(0.5 * (q[jnp.arange(q.shape[0]), actions] - target) ** 2)
+
+
+def td_loss_frozen_params_for_the_target(params, obs, actions, rewards, next_obs, terminated, gamma):
+    frozen = jax.lax.stop_gradient(params)
+    q_taken = jnp.take_along_axis(obs @ params["w"] + params["b"], actions[:, None], axis=1)[:, 0]
+    target = rewards + gamma * (1.0 - terminated) * (next_obs @ frozen["w"] + frozen["b"]).max(axis=1)
+    return jnp.mean(0.5 * (q_taken - target) ** 2)
+
+
+def gather_by_one_hot(q_values, actions):
+    return jnp.sum(q_values * jax.nn.one_hot(actions, q_values.shape[1]), axis=1)
+
+
+def gather_by_row_and_column(q_values, actions):
+    return q_values[jnp.arange(q_values.shape[0]), actions]
+
+
+def gae_python_loop(rewards, values, dones, last_value, gamma, lam):
+    advantages, next_advantage, next_value = [], jnp.zeros_like(last_value), last_value
+    for t in reversed(range(rewards.shape[0])):
+        keep = 1.0 - dones[t].astype(jnp.float32)
+        delta = rewards[t] + gamma * next_value * keep - values[t]
+        next_advantage = delta + gamma * lam * keep * next_advantage
+        next_value = values[t]
+        advantages.append(next_advantage)
+    return jnp.stack(advantages[::-1])
+
+
+def masked_with_float32_minimum(logits, mask):
+    return jax.nn.log_softmax(jnp.where(mask, logits, jnp.finfo(jnp.float32).min), axis=-1)
+
+
+def masked_with_minus_infinity(logits, mask):
+    return jax.nn.log_softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
+
+
+def masked_with_minus_1e9(logits, mask):
+    return jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
+
+
+def done_bootstrap_with_not(rewards, next_q, terminated, truncated, gamma):
+    return rewards + gamma * ~terminated * next_q.max(axis=-1)
+
+
+def done_bootstrap_with_where_on_the_target(rewards, next_q, terminated, truncated, gamma):
+    return jnp.where(terminated, rewards, rewards + gamma * jnp.max(next_q, axis=-1))
+
+
+def log_prob_by_log_softmax(logits, actions):
+    return jnp.take_along_axis(jax.nn.log_softmax(logits), actions[:, None], axis=-1)[:, 0]
+
+
+def log_prob_by_hand(logits, actions):
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = shifted - jnp.log(jnp.exp(shifted).sum(axis=-1, keepdims=True))  # the largest term is 1
+    return log_probs[jnp.arange(logits.shape[0]), actions]
+
+
+@pytest.mark.parametrize(("name", "fix"), [
+    ("fix_reused_key", reused_key_fixed_by_one_edit),
+    ("fix_reused_key", reused_key_fixed_with_indexed_keys),
+    ("fix_target_stop_gradient", td_loss_stop_gradient_on_next_q),
+    ("fix_target_stop_gradient", td_loss_frozen_params_for_the_target),
+    ("fix_gather_axis", gather_by_one_hot),
+    ("fix_gather_axis", gather_by_row_and_column),
+    ("fix_gae_off_by_one", gae_python_loop),
+    ("fix_mask_after_softmax", masked_with_float32_minimum),
+    ("fix_mask_after_softmax", masked_with_minus_infinity),
+    ("fix_mask_after_softmax", masked_with_minus_1e9),
+    ("fix_done_bootstrap", done_bootstrap_with_not),
+    ("fix_done_bootstrap", done_bootstrap_with_where_on_the_target),
+    ("fix_nan_log_prob", log_prob_by_log_softmax),
+    ("fix_nan_log_prob", log_prob_by_hand),
+], ids=lambda value: getattr(value, "__name__", value))
+def test_nb08_other_right_fixes_pass(name, fix):
+    assert exercises.check(name, fix, seed=0, trials=3, verbose=False)
+
+
+def gae_float64(rewards, values, dones, last_value, gamma, lam):
+    """GAE as a plain loop in float64 NumPy, the textbook recursion."""
+    rewards, values, last_value = (np.asarray(x, np.float64) for x in (rewards, values, last_value))
+    not_done = 1.0 - np.asarray(dones, np.float64)
+    advantages = np.zeros_like(rewards)
+    next_advantage, next_value = np.zeros_like(last_value), last_value
+    for t in range(len(rewards) - 1, -1, -1):
+        delta = rewards[t] + gamma * next_value * not_done[t] - values[t]
+        next_advantage = advantages[t] = delta + gamma * lam * not_done[t] * next_advantage
+        next_value = values[t]
+    return advantages
+
+
+def test_nb08_gae_matches_a_float64_numpy_loop():
+    exercise = exercises.get("fix_gae_off_by_one")
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        args = exercise.make_inputs(rng)
+        want = gae_float64(*args)
+        for fn in (exercise.reference, exercise.solution):
+            np.testing.assert_allclose(np.asarray(fn(*args)), want, rtol=1e-5, atol=1e-5)
+        assert np.abs(np.asarray(nb08_debugging.compute_gae(*args)) - want).max() > 1e-2
+
+
+def test_nb08_symptoms_the_notebook_describes():
+    # fix_reused_key, epsilon = 1 (every action random): with the key carried unchanged, each env
+    # repeats its action at every step; a right answer repeats it about 1/A of the time.
+    key, q_values = jax.random.key(0), jnp.zeros((40, 64, 4))
+    for fn, low, high in ((nb08_debugging.epsilon_greedy_rollout, 1.0, 1.0), (reused_key_fixed_by_one_edit, 0.2, 0.3)):
+        actions = np.asarray(fn(key, q_values, 1.0))
+        assert low <= np.mean(actions[1:] == actions[:-1]) <= high, fn.__name__
+
+    # fix_target_stop_gradient: the same loss value, a different gradient.
+    args = exercises.get("fix_target_stop_gradient").make_inputs(np.random.default_rng(0))
+    fixed, broken = td_loss_stop_gradient_on_next_q, nb08_debugging.td_loss
+    np.testing.assert_allclose(broken(*args), fixed(*args), rtol=1e-6)
+    assert not np.allclose(jax.grad(broken)(*args)["w"], jax.grad(fixed)(*args)["w"], rtol=1e-3)
+
+    # fix_gather_axis: the right shape, but row 0's values.
+    q_values, actions = jnp.arange(15.0).reshape(5, 3), jnp.array([2, 1, 0, 2, 1])
+    np.testing.assert_array_equal(nb08_debugging.chosen_q_values(q_values, actions), q_values[0, actions])
+
+    # fix_gae_off_by_one: a value function that is exactly right leaves every advantage 0.
+    steps, gamma, last_value = 6, 0.9, jnp.array([2.0])
+    values = (gamma ** jnp.arange(steps, 0, -1.0) * last_value)[:, None]
+    args = (jnp.zeros((steps, 1)), values, jnp.zeros((steps, 1), bool), last_value, gamma, 0.95)
+    np.testing.assert_allclose(gae_python_loop(*args), 0.0, atol=1e-6)
+    wrong = np.asarray(nb08_debugging.compute_gae(*args))
+    assert wrong[-1, 0] == 0.0 and np.all(np.abs(wrong[:-1]) > 1e-2)
+
+    # fix_mask_after_softmax: the probabilities of a row with an illegal action sum to less than 1.
+    logits, mask = jnp.array([[1.0, 2.0, 3.0]]), jnp.array([[True, True, False]])
+    assert float(jnp.exp(nb08_debugging.masked_log_probs(logits, mask)).sum()) < 0.5
+    np.testing.assert_allclose(jnp.exp(masked_with_minus_1e9(logits, mask)).sum(), 1.0, rtol=1e-6)
+
+    # fix_done_bootstrap: a terminal transition's target is its reward alone.
+    target = nb08_debugging.td_target(jnp.array([1.0]), jnp.array([[5.0, 7.0]]), jnp.array([True]), jnp.array([False]), 0.9)
+    assert float(target[0]) != 1.0
+    assert float(done_bootstrap_with_not(jnp.array([1.0]), jnp.array([[5.0, 7.0]]), jnp.array([True]), jnp.array([False]), 0.9)[0]) == 1.0
+
+    # fix_nan_log_prob: -inf for an unlikely action, and a NaN gradient; the fix is finite.
+    logits, actions = jnp.array([[0.0, 150.0, 1.0]]), jnp.array([0])
+    assert float(nb08_debugging.action_log_probs(logits, actions)[0]) == -np.inf
+    nan_grad = jax.grad(lambda x: nb08_debugging.action_log_probs(x, actions).sum())(logits)
+    assert np.isnan(nan_grad).any()
+    good_grad = jax.grad(lambda x: log_prob_by_log_softmax(x, actions).sum())(logits)
+    assert np.isfinite(good_grad).all()
+    np.testing.assert_allclose(log_prob_by_log_softmax(logits, actions), [-150.0], rtol=1e-6)
