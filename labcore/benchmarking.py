@@ -41,13 +41,17 @@ def time_call(
     *args: Any,
     warmup: int = 1,
     repeats: int = 5,
+    block: bool = True,
     **kwargs: Any,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)``: ``warmup`` untimed calls, then ``repeats`` timed ones.
 
     Each call's result is waited for with ``jax.block_until_ready`` (which
     accepts any pytree and passes non-JAX values through), so the time covers the
-    computation and not just its dispatch.
+    computation and not just its dispatch. ``block=False`` shows the classic mistake:
+    the clock stops when ``fn`` returns, which under asynchronous dispatch is when the
+    work is queued, not done (the result is still waited for, outside the timed span, so
+    that the next call does not queue behind it).
     """
     import jax
 
@@ -58,8 +62,11 @@ def time_call(
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(fn(*args, **kwargs))
+        result = fn(*args, **kwargs)
+        if block:
+            jax.block_until_ready(result)
         times.append(time.perf_counter() - start)
+        jax.block_until_ready(result)
     return Timing(tuple(times))
 
 
