@@ -11,8 +11,9 @@ imported where it can:
     folder   $XDG_CACHE_HOME/labcore/jax, else ~/.cache/labcore/jax
     off        LABCORE_COMPILATION_CACHE=0 (in the shell, or in os.environ before `import labcore`);
                off means off, even if JAX_COMPILATION_CACHE_DIR is set
-    elsewhere  LABCORE_COMPILATION_CACHE=/some/folder
-    yours      JAX_COMPILATION_CACHE_DIR already set: labcore leaves JAX's own settings alone
+    elsewhere  LABCORE_COMPILATION_CACHE=/some/folder (it wins over JAX_COMPILATION_CACHE_DIR)
+    yours      JAX_COMPILATION_CACHE_DIR already set, and the switch unset: labcore leaves JAX's
+               own settings alone
 
 It sets JAX's own environment variables, so processes labcore starts (the launcher's workers, the
 actor-learner's actors) inherit the same cache. Programs are cached whatever their compile time
@@ -62,11 +63,11 @@ def _decide(environ: dict[str, str]) -> CacheSetting:
     switch = environ.get(SWITCH_ENV_VAR, "").strip()
     if switch.lower() in _OFF_VALUES:
         return CacheSetting(None, f"turned off by {SWITCH_ENV_VAR}={switch}")
+    if switch.lower() not in ("", "1", "on", "true", "yes"):  # a folder: it wins over an inherited JAX setting
+        return CacheSetting(Path(switch).expanduser().resolve(), f"{SWITCH_ENV_VAR}={switch}")
     if environ.get(JAX_DIR_ENV_VAR):
         return CacheSetting(Path(environ[JAX_DIR_ENV_VAR]), f"JAX's own setting {JAX_DIR_ENV_VAR} (labcore left it alone)")
-    if switch in ("", "1", "on", "true", "yes"):
-        return CacheSetting(default_folder(), "labcore's default")
-    return CacheSetting(Path(switch).expanduser().resolve(), f"{SWITCH_ENV_VAR}={switch}")
+    return CacheSetting(default_folder(), "labcore's default")
 
 
 _setting: CacheSetting | None = None
@@ -85,11 +86,12 @@ def configure() -> CacheSetting:
     setting = _decide(dict(os.environ))
     if not setting.enabled:
         _turn_off()
-    elif JAX_DIR_ENV_VAR not in os.environ:
+    elif os.environ.get(JAX_DIR_ENV_VAR) != str(setting.folder):
         try:
             setting.folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             setting = CacheSetting(None, f"could not create {setting.folder}: {err}")
+            _turn_off()
         else:
             os.environ[JAX_DIR_ENV_VAR] = str(setting.folder)
             os.environ.setdefault(JAX_MIN_TIME_ENV_VAR, "0")

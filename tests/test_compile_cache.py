@@ -79,6 +79,15 @@ def test_the_switch_can_name_another_folder(tmp_path):
     assert any((tmp_path / "mine").iterdir()) and not (tmp_path / "unused").exists()
 
 
+def test_a_folder_named_by_the_switch_wins_over_one_a_parent_passed_down(tmp_path):
+    # A notebook (which imported labcore, so JAX_COMPILATION_CACHE_DIR is set) starts a process
+    # with its own cache folder: that process must use the folder it was given.
+    result = _probe({compile_cache.SWITCH_ENV_VAR: str(tmp_path / "mine"),
+                     compile_cache.JAX_DIR_ENV_VAR: str(tmp_path / "from-parent")})
+    assert result["status"]["folder"] == result["jax_dir"] == str(tmp_path / "mine")
+    assert any((tmp_path / "mine").iterdir()) and not (tmp_path / "from-parent").exists()
+
+
 def test_jax_own_setting_is_left_alone(tmp_path):
     own = str(tmp_path / "jax-own")
     result = _probe({"XDG_CACHE_HOME": str(tmp_path / "unused"), compile_cache.JAX_DIR_ENV_VAR: own})
