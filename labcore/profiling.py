@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from labcore import compile_cache
 from labcore.benchmarking import Timing, markdown_table, time_call
 from labcore.memory_profile import (
     Allocation,
@@ -437,7 +438,6 @@ def compile_and_run_seconds(jitted_fn: Callable[..., Any], *args: Any, repeats: 
     which run the same program).
     """
     import jax
-    from jax.experimental.compilation_cache import compilation_cache
 
     if not hasattr(jitted_fn, "lower"):
         raise TypeError("compile_and_run_seconds needs a jitted function (jax.jit(fn)), which has .lower()")
@@ -445,21 +445,13 @@ def compile_and_run_seconds(jitted_fn: Callable[..., Any], *args: Any, repeats: 
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     # A compile answered from a cache is not a compile. lower().compile() of a function compiled
     # before in this process returns the in-memory executable in microseconds, and with the
-    # persistent cache on (JAX_COMPILATION_CACHE_DIR) a program compiled in any earlier session
-    # is read from disk. JAX decides once per process whether the persistent cache is in use
-    # and remembers it, so the flag alone would not take effect: reset_cache() makes it look
-    # again, before the measurement with the cache off and after it with the flag restored.
-    enabled = jax.config.jax_enable_compilation_cache
+    # persistent cache on (labcore turns it on) a program compiled in any earlier session is read
+    # from disk: clear the first, switch the second off for the measurement.
     jax.clear_caches()
-    jax.config.update("jax_enable_compilation_cache", False)
-    compilation_cache.reset_cache()
-    try:
+    with compile_cache.disabled():
         start = time.perf_counter()
         compiled = jitted_fn.lower(*args, **kwargs).compile()
         compile_s = time.perf_counter() - start
-    finally:
-        jax.config.update("jax_enable_compilation_cache", enabled)
-        compilation_cache.reset_cache()
     try:
         jax.block_until_ready(compiled(*args, **kwargs))  # the warm-up call
         run, warmup = (lambda: compiled(*args, **kwargs)), 0

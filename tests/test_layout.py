@@ -70,6 +70,7 @@ LOWER_THAN_AGENTS = (
     "labcore.envs", "labcore.nets", "labcore.replay", "labcore.losses", "labcore.torch_ref", "labcore.validation",
     "labcore.evaluation", "labcore.runs", "labcore.checkpoint", "labcore.logging", "labcore.devices",
     "labcore.distributed", "labcore.primitives", "labcore.introspection", "labcore.benchmarking", "labcore.doctor",
+    "labcore.compile_cache", "labcore.profiling", "labcore.memory_profile",
 )
 ALGORITHMS = ("dqn", "ppo", "iqn", "gflownet")
 TOP = ("labcore.__main__", "labcore.exercises")
