@@ -1,7 +1,7 @@
 """A training run's results folder: one class, used by every driver and by the command line.
 
     run = RunDir.open("runs/vault", config, step_key="update", resume=False, overwrite=False)
-    run.log({"update": 10, "episode_return": 3.2})        # metrics.jsonl and metrics.csv
+    run.log({"update": 10, "episode_return": 3.2})        # metrics.jsonl, metrics.csv, TensorBoard
     checkpoint.save(run.checkpoints, step, state, metadata)
     run.finish(summary, plot)                             # summary.json and metrics.png
 
@@ -9,6 +9,8 @@ A run folder holds:
 
     config.json         every field of the run's config
     metrics.jsonl/.csv  one row per log (labcore.logging); ``step_key`` names the row's position
+    events.out.tfevents.*  the same rows for TensorBoard (``tensorboard=True``, the default), each
+                        number at the row's ``step_key``: ``tensorboard --logdir runs`` shows the run
     metrics.png         the driver's plot of those rows
     checkpoints/        orbax checkpoints (labcore.checkpoint), one step per save
     summary.json        the finished run's numbers
@@ -18,7 +20,9 @@ run's files, and only those) or ``resume`` is set. Resuming checks that the newe
 written with the same config, then cuts the metrics back to that checkpoint: the rows a killed run
 logged after its last checkpoint are dropped, because the resumed run logs those steps again, so
 the files read as one uninterrupted run. That needs each row's ``step_key`` in the units of the
-checkpoint steps (updates, agent steps, epochs...).
+checkpoint steps (updates, agent steps, epochs...). The TensorBoard event files are then rebuilt
+from the cut JSONL (labcore.logging.rebuild_tensorboard): a killed writer may not have written its
+last points out, so its files cannot simply be cut and appended to.
 
 ``path=None`` gives an in-memory run (rows kept in ``rows``, nothing written), which is what
 notebooks use. In a multi-process run every process opens the folder, and only the one with
@@ -37,7 +41,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from labcore.logging import CSV_NAME, JSONL_NAME, MetricsLogger, read_metrics
+from labcore.logging import CSV_NAME, JSONL_NAME, MetricsLogger, event_files, read_metrics, rebuild_tensorboard
 
 CONFIG_NAME = "config.json"
 SUMMARY_NAME = "summary.json"
@@ -86,6 +90,7 @@ class RunDir:
         resume: bool = False,
         overwrite: bool = False,
         primary: bool = True,
+        tensorboard: bool = True,
     ) -> RunDir:
         """Prepare ``path`` for a run of ``config`` (a dataclass or a mapping of its fields).
 
@@ -93,9 +98,11 @@ class RunDir:
         whose metadata "config", where it has one, equals ``config`` (else ValueError, naming the
         fields that differ). Rows of metrics.jsonl and metrics.csv whose ``step_key`` is past that
         checkpoint's step are removed. Without resume, a folder holding any of RUN_FILES is
-        refused (FileExistsError) unless ``overwrite``, which deletes those files. config.json is
-        written either way. primary=False (the other processes of a multi-process run): read the
-        checkpoint step, write nothing, keep rows in memory.
+        refused (FileExistsError) unless ``overwrite``, which deletes those files (and the
+        TensorBoard event files). config.json is written either way. tensorboard: also write the
+        rows as TensorBoard event files (a resumed run's are rebuilt from its cut JSONL; without
+        tensorboard, a resume removes them). primary=False (the other processes of a multi-process
+        run): read the checkpoint step, write nothing, keep rows in memory.
         """
         if resume and overwrite:
             raise ValueError("resume and overwrite exclude each other: resume continues the run that overwrite would delete")
@@ -117,8 +124,9 @@ class RunDir:
             return cls(run_path, step_key, resume_step, MetricsLogger(None), primary)
         if resume:
             cut_metrics(run_path, step_key, resume_step)
+            rebuild_tensorboard(run_path, step_key, tensorboard)
         else:
-            previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()]
+            previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()] + event_files(run_path)
             if previous and not overwrite:
                 raise FileExistsError(
                     f"{run_path} holds an earlier run ({previous[0].name}); choose another folder, overwrite it, "
@@ -128,7 +136,8 @@ class RunDir:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
         run_path.mkdir(parents=True, exist_ok=True)
         (run_path / CONFIG_NAME).write_text(json.dumps(config_dict(config), indent=2) + "\n")
-        return cls(run_path, step_key, resume_step, MetricsLogger(run_path), primary)
+        return cls(run_path, step_key, resume_step, MetricsLogger(run_path, tensorboard=tensorboard, step_key=step_key),
+                   primary)
 
     @property
     def checkpoints(self) -> Path | None:
@@ -150,11 +159,13 @@ class RunDir:
         return self.logger.log(row)
 
     def finish(self, summary: Mapping[str, Any] | None = None, figure: Any = None) -> None:
-        """Write summary.json and metrics.png, where given (a folder and the primary process only).
+        """Write summary.json and metrics.png, where given (a folder and the primary process only),
+        and close the TensorBoard event file (a row logged later opens a new one).
 
         figure: a matplotlib figure, or a function of the run's rows (``history()``) returning
         one, called only when there is a folder to write it to and rows to plot. A figure is closed.
         """
+        self.logger.close()
         writes = self.path is not None and self.primary
         if writes and summary is not None:
             (self.path / SUMMARY_NAME).write_text(json.dumps(dict(summary), indent=2) + "\n")

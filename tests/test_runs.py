@@ -3,7 +3,8 @@
 The kill tests start a run in a subprocess, wait (polling the files, no fixed sleeps) until a
 checkpoint exists and at least one metrics row was logged after it, SIGKILL every process of the
 run, resume it with --resume and check that metrics.jsonl and metrics.csv hold each update or step
-exactly once, in order, ending at the last one: one uninterrupted run.
+exactly once, in order, ending at the last one: one uninterrupted run; and that the TensorBoard event
+files hold the same rows (the killed writer's are rebuilt from the cut JSONL on resume).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 from labcore import runs
 from labcore.logging import MetricsLogger, read_metrics
+from test_tensorboard import assert_mirrors_jsonl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,6 +284,8 @@ def killed_and_resumed(tmp_path, command_for, step_key: str, last_step_for, atte
     assert steps == sorted(set(steps)), f"a step logged twice or out of order: {steps}"
     assert steps[-1] == last_step_for(scale)
     assert csv_column(run_path, step_key) == steps  # the CSV holds the same rows
+    scalars = assert_mirrors_jsonl(run_path, step_key, ())  # and the TensorBoard files
+    assert max(len(points) for points in scalars.values()) == len(rows)
     return run_path, at_kill, saved, rows, last_step_for(scale)
 
 
