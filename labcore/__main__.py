@@ -18,6 +18,8 @@
 Every field of DQNConfig, PPOConfig and GFlowNetConfig, and every flat field of IQNRunConfig (its own,
 its world's and its agents'), is a flag of ``train dqn``,
 ``train ppo``, ``train gflownet`` and ``train iqn`` (``--help`` lists them with their defaults).
+Every ``train`` command with ``--run-dir`` also writes its metrics as TensorBoard event files there
+(``--no-tensorboard``: not); ``tensorboard --logdir runs`` then shows every run folder below runs/.
 """
 
 from __future__ import annotations
@@ -54,13 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="starting configuration that the other flags override")
     _add_config_flags(train_dqn)
     _add_auto_tune_flag(train_dqn, "buffer_size / batch_size / hidden_sizes / num_envs")
-    train_dqn.add_argument("--run-dir", default=None, help="folder for metrics.jsonl/csv and checkpoints/")
+    train_dqn.add_argument("--run-dir", default=None, help="folder for metrics (JSONL, CSV, TensorBoard) and checkpoints/")
     train_dqn.add_argument("--log-every", type=_positive_int, default=1_000, help="agent steps between metric rows")
     train_dqn.add_argument("--checkpoint-every", type=_positive_int, default=None, help="agent steps between checkpoints")
     train_dqn.add_argument("--no-save-replay", action="store_true", help="leave the replay buffer out of checkpoints")
     train_dqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     train_dqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     train_dqn.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
+    _add_tensorboard_flag(train_dqn)
 
     train_ppo = train.add_parser("ppo", help="action-masked PPO on Vault-v0 or a gymnax env (all on device)")
     train_ppo.add_argument("--preset", choices=("default", "cartpole"), default="default",
@@ -75,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_ppo.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     train_ppo.add_argument("--eval-episodes", type=_positive_int, default=64, help="greedy episodes at the end")
     train_ppo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_tensorboard_flag(train_ppo)
 
     launch = commands.add_parser("launch", help="run a labcore command as N local processes joined by jax.distributed")
     launch.add_argument("--num-processes", type=_positive_int, default=2)
@@ -91,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_gfn.add_argument("--log-every", type=_positive_int, default=100, help="iterations between L1 measurements")
     train_gfn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, summary")
     train_gfn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    _add_tensorboard_flag(train_gfn)
 
     train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
     _add_config_flags(train_iqn, "IQNRunConfig")
@@ -99,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_iqn.add_argument("--log-every", type=_positive_int, default=10, help="epochs between metric-file writes")
     train_iqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     train_iqn.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_tensorboard_flag(train_iqn)
 
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
     eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
@@ -121,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     # fit the saved parameters is an error); the training-only fields are not flags here.
     _add_config_flags(eval_iqn, "IQNRunConfig", exclude=_IQN_TRAINING_ONLY)
     return parser
+
+
+def _add_tensorboard_flag(parser: argparse.ArgumentParser) -> None:
+    # On by default: a run folder is for looking at a run, and TensorBoard is how most people do.
+    parser.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                        help="also write the metrics as TensorBoard event files into --run-dir (default: on); "
+                             "view them with `tensorboard --logdir runs` (the folder above the run folders), "
+                             "or in Colab/Jupyter `%%load_ext tensorboard` then `%%tensorboard --logdir runs`")
 
 
 def _add_auto_tune_flag(parser: argparse.ArgumentParser, fields: str) -> None:
@@ -214,6 +228,7 @@ def _train_dqn(args: argparse.Namespace) -> int:
         resume=args.resume,
         overwrite=args.overwrite,
         eval_episodes=0 if args.no_eval else config.eval_episodes,
+        tensorboard=args.tensorboard,
     )
     print(json.dumps(result.summary))
     return 0
@@ -230,7 +245,8 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
     chunk_iterations = max(1, args.log_every // config.train_frequency)
     checkpoint_every = None if args.checkpoint_every is None else max(1, args.checkpoint_every // args.log_every)
     result = dqn_distributed.train(config, run_dir=args.run_dir, chunk_iterations=chunk_iterations,
-                                   checkpoint_every=checkpoint_every, resume=args.resume, overwrite=args.overwrite)
+                                   checkpoint_every=checkpoint_every, resume=args.resume, overwrite=args.overwrite,
+                                   tensorboard=args.tensorboard)
     last = result.metrics[-1]
     print(json.dumps({"process": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count(),
                       "updates": last["updates"], "steps": last["step"], "wall_time_s": round(result.wall_time, 1),
@@ -243,7 +259,8 @@ def _train_gflownet(args: argparse.Namespace) -> int:
 
     config = _auto_tuned(args, _config_from(args, "GFlowNetConfig"))
     print(config)
-    result = gflownet_train.run(config, run_dir=args.run_dir, log_every=args.log_every, overwrite=args.overwrite)
+    result = gflownet_train.run(config, run_dir=args.run_dir, log_every=args.log_every, overwrite=args.overwrite,
+                                tensorboard=args.tensorboard)
     print(json.dumps(result["summary"]))
     return 0
 
@@ -266,7 +283,7 @@ def _train_iqn(args: argparse.Namespace) -> int:
     config = _auto_tuned(args, _config_from(args, "IQNRunConfig"))
     print(config)
     result = iqn_run.run(config, run_dir=args.run_dir, log_every=args.log_every, progress=not args.no_progress,
-                         overwrite=args.overwrite)
+                         overwrite=args.overwrite, tensorboard=args.tensorboard)
     print(json.dumps(result.summary))
     return 0
 
@@ -297,7 +314,8 @@ def _train_ppo(args: argparse.Namespace) -> int:
     print(config)
     result = ppo_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
                            checkpoint_every=args.checkpoint_every, resume=args.resume,
-                           progress=not args.no_progress, eval_episodes=args.eval_episodes, overwrite=args.overwrite)
+                           progress=not args.no_progress, eval_episodes=args.eval_episodes, overwrite=args.overwrite,
+                           tensorboard=args.tensorboard)
     print(json.dumps(result.summary))
     return 0
 

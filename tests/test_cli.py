@@ -1,4 +1,5 @@
-"""`python -m labcore train|eval dqn|ppo`: flags map onto the config classes, errors are one clear line."""
+"""`python -m labcore train|eval dqn|ppo`: flags map onto the config classes, errors are one clear line,
+a run folder holds TensorBoard event files unless --no-tensorboard."""
 
 import dataclasses
 import json
@@ -7,6 +8,8 @@ import pytest
 
 from labcore import __main__ as cli
 from labcore.agents.dqn import core as dqn
+from labcore.logging import event_files
+from test_tensorboard import assert_mirrors_jsonl
 
 
 def config_for(*flags):
@@ -48,12 +51,13 @@ def test_bad_input_is_one_clear_error(flags, message, capsys):
 
 def test_train_then_eval_a_checkpoint(tmp_path, capsys):
     run = str(tmp_path / "run")
-    flags = ["--total-steps", "600", "--learning-starts", "200", "--buffer-size", "500", "--batch-size", "32"]
+    flags = ["--total-steps", "600", "--learning-starts", "200", "--buffer-size", "500", "--batch-size", "32", "--log-every", "200"]
     assert cli.main(["train", "dqn", *flags, "--run-dir", run, "--no-eval"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["steps"] == 600
     for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
         assert (tmp_path / "run" / name).is_file(), name
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 600
+    assert_mirrors_jsonl(run, "step", ("loss", "epsilon"))  # TensorBoard by default
     assert cli.main(["train", "dqn", *flags, "--run-dir", run, "--no-eval"]) == 2
     assert "holds an earlier run" in capsys.readouterr().err
     assert cli.main(["eval", "dqn", "--checkpoint", run, "--episodes", "3"]) == 0
@@ -121,18 +125,22 @@ def test_train_ppo_writes_a_results_folder_then_evaluates(tmp_path, capsys):
 def test_train_gflownet_both_trainers_and_bad_flags(tmp_path, capsys):
     flags = ["train", "gflownet", "--loss", "db", "--ndim", "2", "--height", "4", "--iterations", "30", "--hidden-size", "16",
              "--log-every", "10"]
-    for trainer in ("torch", "hybrid"):
+    for trainer, tensorboard in (("torch", "--tensorboard"), ("hybrid", "--no-tensorboard")):
         run = tmp_path / trainer
-        assert cli.main([*flags, "--trainer", trainer, "--run-dir", str(run)]) == 0
+        assert cli.main([*flags, "--trainer", trainer, "--run-dir", str(run), tensorboard]) == 0
         summary = json.loads(capsys.readouterr().out.splitlines()[-1])
         assert summary["trainer"] == trainer and summary["iterations"] == 30 and 0.0 <= summary["final_l1"] <= 2.0
         assert len((run / "metrics.jsonl").read_text().splitlines()) == 3 and (run / "summary.json").is_file()
         assert json.loads((run / "config.json").read_text())["trainer"] == trainer and (run / "metrics.png").is_file()
+    assert event_files(tmp_path / "hybrid") == []
+    first_run = assert_mirrors_jsonl(tmp_path / "torch", "iteration", ("loss", "l1"))
     assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch")]) == 2
     assert "holds an earlier run" in capsys.readouterr().err
-    assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch"), "--overwrite"]) == 0
+    assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch"), "--overwrite", "--seed", "1"]) == 0
     capsys.readouterr()
     assert len((tmp_path / "torch" / "metrics.jsonl").read_text().splitlines()) == 3  # replaced, not appended
+    assert len(event_files(tmp_path / "torch")) == 1  # the event files too
+    assert assert_mirrors_jsonl(tmp_path / "torch", "iteration", ("loss", "l1")) != first_run
     assert cli.main(["train", "gflownet", "--loss", "kl"]) == 2
     assert "GFlowNetConfig.loss must be one of" in capsys.readouterr().err
 

@@ -19,10 +19,11 @@ a chunk, this is the same algorithm as storing every step at once. PRNG keys are
     returns = evaluate(result.config, result.train_state.params, episodes=20)
 
 A run directory (``labcore.runs.RunDir``) holds ``config.json``, ``metrics.jsonl`` / ``metrics.csv``
-(rows keyed by "step", agent steps), ``checkpoints/`` (by agent step), ``summary.json`` and
-``metrics.png``; ``train`` with ``resume=True`` continues from the newest checkpoint there, drops
-the rows logged after it (they are logged again), and, when the replay buffer and the
-environments were saved with it, continues exactly as if never stopped.
+(rows keyed by "step", agent steps; TensorBoard event files of the same rows), ``checkpoints/``
+(by agent step), ``summary.json`` and ``metrics.png``; ``train`` with ``resume=True`` continues
+from the newest checkpoint there, drops the rows logged after it (they are logged again), and,
+when the replay buffer and the environments were saved with it, continues exactly as if never
+stopped.
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ def train(
     progress: bool = True,
     overwrite: bool = False,
     eval_episodes: int = 0,
+    tensorboard: bool = True,
 ) -> TrainResult:
     """Train a DQN agent on ``config.env_id`` for ``config.total_steps`` agent steps.
 
@@ -219,6 +221,7 @@ def train(
       schedules still follow ``total_steps``.
     overwrite: replace an earlier run in ``run_dir`` (without it, or resume, one is refused).
     eval_episodes: episodes of ``evaluate`` at the end, into the summary (0: none).
+    tensorboard: also write the metrics as TensorBoard event files in ``run_dir`` (labcore.runs).
     """
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
@@ -227,7 +230,7 @@ def train(
     if (checkpoint_every is not None or resume) and run_dir is None:
         raise ValueError("checkpoints need a run_dir")
     obs_shape, obs_dtype, num_actions = env_spec(config)  # fails early on a bad env
-    run = runs.RunDir.open(run_dir, config, step_key="step", resume=resume, overwrite=overwrite)
+    run = runs.RunDir.open(run_dir, config, step_key="step", resume=resume, overwrite=overwrite, tensorboard=tensorboard)
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
 
     network = make_network(config, num_actions)

@@ -6,7 +6,7 @@ over every device of the cluster (``lax.pmean`` inside ``jax.shard_map`` over th
 crossing processes through gloo on the CPU), so the parameters stay bit-for-bit identical
 everywhere; this is checked with a fingerprint across processes every ``check_every`` chunks.
 Only process 0 writes the run folder (``labcore.runs.RunDir``: config, metrics keyed by
-"updates", the unit of the checkpoint steps, summary, plot); the checkpoints are written by every
+"updates", the unit of the checkpoint steps, as JSONL, CSV and TensorBoard event files, summary, plot); the checkpoints are written by every
 process together (orbax), numbered by update.
 
     # in each worker (``python -m labcore launch ... -- train dqn --env CartPole-v1`` does this)
@@ -73,6 +73,7 @@ def train(
     resume: bool = False,
     log: Any = print,
     overwrite: bool = False,
+    tensorboard: bool = True,
 ) -> DistributedResult:
     """Train on every device of the (already initialised) cluster; see the module docstring.
 
@@ -87,13 +88,15 @@ def train(
     The metrics rows logged after the checkpoint are dropped; the refill's row is returned and
     printed but not written, so metrics.jsonl holds each chunk once, as an uninterrupted run's.
     overwrite: replace an earlier run in run_dir (without it, or resume, one is refused).
+    tensorboard: also write the metrics as TensorBoard event files in run_dir (labcore.runs).
     """
     if chunk_iterations < 1 or check_every < 1 or (checkpoint_every is not None and checkpoint_every < 1):
         raise ValueError(f"chunk_iterations, check_every and checkpoint_every must be >= 1, got "
                          f"{chunk_iterations}, {check_every}, {checkpoint_every}")
     parts = dqn_scan.make_parts(config, axis_name=AXIS)
     rank = jax.process_index()
-    run = runs.RunDir.open(run_dir, config, step_key="updates", resume=resume, overwrite=overwrite, primary=rank == 0)
+    run = runs.RunDir.open(run_dir, config, step_key="updates", resume=resume, overwrite=overwrite, primary=rank == 0,
+                           tensorboard=tensorboard)
     checkpoints = run.checkpoints
     mesh = distributed.global_mesh()
     num_devices = jax.device_count()

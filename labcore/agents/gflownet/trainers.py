@@ -15,7 +15,8 @@ parameter sync; jax_policy: sampling, gradient step; jax: compile, and the fused
 The order torch -> hybrid -> jax_policy -> jax is the migration of notebook 07, one step at a time.
 
 ``run`` is the command line's driver: ``train``, then a results folder (``labcore.runs.RunDir``:
-config.json, one metrics row per L1 measurement keyed by "iteration", metrics.png, summary.json).
+config.json, one metrics row per L1 measurement keyed by "iteration", the same rows as TensorBoard
+event files, metrics.png, summary.json).
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ def _jitted_steps_for(config: GFlowNetConfig):
 
 
 def run(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, log_every: int = 100,
-        overwrite: bool = False) -> dict[str, Any]:
+        overwrite: bool = False, tensorboard: bool = True) -> dict[str, Any]:
     """``train``, with its results folder in ``run_dir`` (None: nothing written); an earlier run
-    there is refused unless ``overwrite``. Returns train's dict plus "metrics" (the rows) and
-    "summary" (what summary.json holds)."""
+    there is refused unless ``overwrite``; tensorboard: the metrics also as TensorBoard event files
+    there. Returns train's dict plus "metrics" (the rows) and "summary" (what summary.json holds)."""
     from labcore import runs
 
-    folder = runs.RunDir.open(run_dir, config, step_key="iteration", overwrite=overwrite)
+    folder = runs.RunDir.open(run_dir, config, step_key="iteration", overwrite=overwrite, tensorboard=tensorboard)
     started = time.perf_counter()
     result = train(config, log_every=log_every)
     wall = time.perf_counter() - started

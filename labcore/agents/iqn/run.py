@@ -17,7 +17,8 @@ None before the buffers allow training); ``epsilon`` (the value used during the 
 decay); ``epoch_seconds`` (wall time; for ``epochs_per_call`` > 1 the call's time divided evenly).
 
 A run directory is a ``labcore.runs.RunDir``: ``config.json`` (``IQNRunConfig.as_dict()``),
-``metrics.jsonl`` / ``metrics.csv``, ``metrics.png``, ``summary.json`` and ``checkpoints/``
+``metrics.jsonl`` / ``metrics.csv`` (and the same rows as TensorBoard event files, by epoch),
+``metrics.png``, ``summary.json`` and ``checkpoints/``
 (orbax): the agents' local parameters at the end, as checkpoint step ``epochs``, in the Flax
 layout of ``labcore.nets.iqn.IQN`` with a leading agent axis ([n_agents, ...]; [num_worlds,
 n_agents, ...] when num_worlds > 1) and the config as metadata. Every mode's checkpoint has the
@@ -80,15 +81,16 @@ def metric_rows(first_epoch: int, numbers: EpochNumbers) -> list[dict[str, Any]]
 
 
 def run(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, log_every: int = 10, progress: bool = True,
-        overwrite: bool = False) -> IQNRunResult:
+        overwrite: bool = False, tensorboard: bool = True) -> IQNRunResult:
     """Run ``config.epochs`` epochs in ``config.mode``; with ``run_dir``, write the results folder
     of the module docstring. Every epoch is a row of ``result.metrics``; ``log_every`` is the number
     of epochs between writes to the metrics files and progress-bar updates. A run_dir holding an
     earlier run is refused unless ``overwrite`` (which deletes that run's files, and only those).
+    tensorboard: also write the metrics as TensorBoard event files in run_dir, at their epoch.
     """
     if not validation.is_int(log_every) or log_every < 1:
         raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
-    folder = RunDir.open(run_dir, config, step_key="epoch", overwrite=overwrite)
+    folder = RunDir.open(run_dir, config, step_key="epoch", overwrite=overwrite, tensorboard=tensorboard)
     runner = make_runner(config)  # builds (and for the JAX modes compiles)
     bar = progress_bar(config.epochs, desc=f"iqn {config.mode}", unit="epoch", enabled=progress)
     rows: list[dict[str, Any]] = []

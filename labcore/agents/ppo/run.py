@@ -12,6 +12,7 @@ A run directory (``labcore.runs.RunDir``) holds:
 
     config.json         every PPOConfig field
     metrics.jsonl/.csv  one row every ``log_every`` updates, keyed by "update" (labcore.logging)
+    events.out.tfevents.*  the same rows for TensorBoard, at their update (unless tensorboard=False)
     metrics.png         return, entropy, invalid-action rate and losses against timesteps
     checkpoints/        orbax checkpoints of the runner state, one per chunk, by update; the last is the final one
     summary.json        compile and run time, steps/s, final training return, greedy / sampled / random returns
@@ -50,6 +51,7 @@ def train(
     progress: bool = True,
     eval_episodes: int = 64,  # 0: no evaluation at the end
     overwrite: bool = False,
+    tensorboard: bool = True,
 ) -> PPORunResult:
     """Train ``config`` end to end; with ``run_dir``, write the folder described above.
 
@@ -57,7 +59,8 @@ def train(
     the end). resume: continue from the newest checkpoint in run_dir/checkpoints, which must
     have been written with the same config; the metrics rows past it are dropped, and logged
     again. A run_dir holding an earlier run is refused unless resume or overwrite (which deletes
-    that run's files, and only those) is set (``labcore.runs.RunDir``).
+    that run's files, and only those) is set (``labcore.runs.RunDir``). tensorboard: also write
+    the metrics as TensorBoard event files in run_dir.
     """
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1 update, got {checkpoint_every}")
@@ -74,7 +77,7 @@ def train(
     # First, so that a bad env id fails before anything is written or compiled.
     agent = ppo.make_ppo(config, callback=on_metrics, log_every=log_every)
     # Rows are keyed by update, the unit of the checkpoint steps, so a resume cuts them exactly.
-    run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite)
+    run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite, tensorboard=tensorboard)
     bar = runs.progress_bar(config.num_updates * batch, desc=config.env_id, unit="step", unit_scale=True,
                             enabled=progress)
     key = jax.random.key(config.seed)
