@@ -23,7 +23,8 @@ results are the same, only the compile is skipped. The cache is not pruned; ``st
 its size, and deleting the folder is always safe.
 
 Measuring a compile needs the cache out of the way, or the "compile" is a file read:
-``with compile_cache.disabled(): ...`` turns it off for the block, in this process.
+``with compile_cache.disabled(): ...`` turns it off for the block, in this process. Or keep it and
+say which it was: ``hits()`` counts the programs this process has read from the cache so far.
 """
 
 from __future__ import annotations
@@ -139,6 +140,32 @@ def disabled() -> Iterator[None]:
     finally:
         jax.config.update("jax_enable_compilation_cache", previous)
         compilation_cache.reset_cache()
+
+
+_hits = 0
+_listening = False
+
+
+def _count_hit(event: str, **_: object) -> None:
+    global _hits
+    if event == "/jax/compilation_cache/cache_hits":
+        _hits += 1
+
+
+def hits() -> int:
+    """How many programs this process has read from the persistent cache instead of compiling.
+
+    Counted from JAX's own monitoring events, from the first call of ``hits()`` on (the first call
+    returns 0 and starts counting): compare two calls around a compile to tell a real compile
+    from a read.
+    """
+    global _listening
+    if not _listening:
+        import jax
+
+        jax.monitoring.register_event_listener(_count_hit)
+        _listening = True
+    return _hits
 
 
 def status() -> dict[str, object]:

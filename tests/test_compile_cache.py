@@ -142,3 +142,25 @@ def test_the_default_folder_follows_xdg_cache_home(monkeypatch, tmp_path):
 @pytest.mark.parametrize("value", ["0", "off", "OFF", "false", "no"])
 def test_off_values(value):
     assert not compile_cache._decide({compile_cache.SWITCH_ENV_VAR: value}).enabled
+
+
+def test_hits_tells_a_read_from_a_compile(tmp_path):
+    after = """
+from labcore import compile_cache
+x = jnp.arange(5.0)
+fn = jax.jit(lambda x: jnp.tanh(x) * 3.0 + 1.0)   # the program the probe compiled above
+compile_cache.hits()
+fn(x).block_until_ready()
+start = compile_cache.hits()
+fn(x).block_until_ready()                         # called again: JAX's in-memory cache, no disk read
+in_memory = compile_cache.hits() - start
+jax.clear_caches()
+fn(x).block_until_ready()                         # the in-memory caches emptied: read from disk
+from_disk = compile_cache.hits() - start
+jax.jit(lambda x: jnp.sinh(x) - 2.0)(x).block_until_ready()  # never seen: compiled
+extra = {"in_memory": in_memory, "from_disk": from_disk, "after_new": compile_cache.hits() - start}
+"""
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path)}, after=after)
+    assert result["extra"]["in_memory"] == 0
+    assert result["extra"]["from_disk"] >= 1
+    assert result["extra"]["after_new"] == result["extra"]["from_disk"]
