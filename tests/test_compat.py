@@ -21,10 +21,16 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# Optional dependency groups that the oldest stack installs too (requirements-oldest.txt pins them).
+PINNED_EXTRAS = ("profile",)
+
+
 def lower_bounds(pyproject_text: str) -> dict[str, str]:
-    """`{name: version}` for every `name>=version` in [project].dependencies."""
+    """`{name: version}` for every `name>=version` in [project].dependencies and the pinned extras."""
     bounds = {}
-    for requirement in tomllib.loads(pyproject_text)["project"]["dependencies"]:
+    project = tomllib.loads(pyproject_text)["project"]
+    extras = [requirement for extra in PINNED_EXTRAS for requirement in project["optional-dependencies"][extra]]
+    for requirement in project["dependencies"] + extras:
         match = REQUIREMENT.match(requirement)
         assert match and match["op"] == ">=", f"pyproject.toml: {requirement!r} should be a plain lower bound"
         bounds[canonical(match["name"])] = match["version"]
