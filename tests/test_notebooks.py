@@ -3,7 +3,8 @@
 A notebook here must: be valid nbformat; be committed without outputs; open with a markdown
 title that says what it teaches; have as first code cell the Colab setup cell from
 colab/setup_cell.py; size its training with labcore.budget; check results with assert; set at
-least three exercises checked by labcore.exercises, each followed by a passing solution; read no
+least three exercises checked by labcore.exercises, on the learner's stub or on a broken function
+to fix (never on a visible solution); read no
 file outside the installed package (users run the notebooks after a non-editable install, on
 Colab or from any folder, where the repository's tests/, benchmarks/ and README are not there);
 and be linked from the README and the Colab page.
@@ -12,6 +13,7 @@ and be linked from the README and the Colab page.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import io
 import re
@@ -22,6 +24,7 @@ import pytest
 
 from conftest import NOTEBOOKS_DIR, REPO_ROOT
 from labcore import exercises
+from labcore.exercises import nb08_debugging
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 SETUP_CELL = (REPO_ROOT / "colab" / "setup_cell.py").read_text().strip()
@@ -151,10 +154,15 @@ SHOW_CALL = re.compile(r"""(?<![\w.])show_source\(\s*([\w.]+)""")
 SOLUTION_CALL = re.compile(r"""(?<![\w])solution\(\s*["'](\w+)["']""")
 
 
+# Find-the-bug exercises hand the learner a broken function to fix instead of a stub to fill in.
+HANDED_OUT = dict(nb08_debugging.BROKEN)
+
+
 def exercise_problems(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
     """The exercises a notebook checks, and what breaks the rule that each is checked once, on the
-    learner's own unfinished function (its cell defines it and raises NotImplementedError), with
-    no solution on the page: a worked one is only a ``solution("name")`` call away."""
+    learner's own unfinished function (its cell defines it and raises NotImplementedError, or, for
+    a find-the-bug exercise, it is the broken function handed out, verbatim), with no solution on
+    the page: a worked one is only a ``solution("name")`` call away."""
     checked, errors = [], []
     for index, source in enumerate(code_cells(nb)):
         for match in CHECK_CALL.finditer(source):
@@ -168,7 +176,12 @@ def exercise_problems(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
             checked.append(name)
             call = re.search(rf"""check\(\s*["']{name}["']\s*,\s*(\w+)""", source)
             function = call.group(1) if call else None
-            if not (function and re.search(rf"^def {function}\(", source, re.MULTILINE) and "raise NotImplementedError" in source):
+            handed_out = HANDED_OUT.get(name)
+            if handed_out is not None:  # a find-the-bug exercise: checked on the broken function, verbatim
+                if not (function == handed_out.__name__ and inspect.getsource(handed_out) in source):
+                    errors.append(f"code cell {index}: {name!r} must be checked on the broken {handed_out.__name__} "
+                                  "that labcore.exercises hands out, defined verbatim in the same cell")
+            elif not (function and re.search(rf"^def {function}\(", source, re.MULTILINE) and "raise NotImplementedError" in source):
                 errors.append(f"code cell {index}: {name!r} must be checked on a stub defined in the same cell "
                               "that raises NotImplementedError (the learner's answer), not on a solution")
             if exercises.get(name).solution is None:
