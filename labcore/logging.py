@@ -32,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,9 @@ class MetricsLogger:
         ):
             if self._writer is None:
                 self._writer = _summary_writer(self.run_dir)
+                # A driver that raises (or a notebook cell interrupted) never reaches close(): the
+                # writer's thread and file are closed when the logger is collected, or at exit.
+                self._close_writer = weakref.finalize(self, self._writer.close)
             _write_scalars(self._writer, plain, self.step_key)
             self._writer.flush()
         return plain
@@ -134,7 +138,7 @@ class MetricsLogger:
     def close(self) -> None:
         """Write the pending TensorBoard points and close the event file (the JSONL and CSV need nothing)."""
         if self._writer is not None:
-            self._writer.close()
+            self._close_writer()  # writer.close(), once: the finalizer is spent
             self._writer = None
 
     def __enter__(self) -> MetricsLogger:

@@ -28,21 +28,26 @@ jax.monitoring.register_event_listener(lambda event, **kw: events.append(event))
 jax.jit(lambda x: jnp.tanh(x) * 3.0 + 1.0)(jnp.arange(5.0)).block_until_ready()
 extra = None
 {after}
-print(json.dumps({{"status": compile_cache.status(), "events": events, "extra": extra,
+import os
+print(json.dumps({{"status": compile_cache.status(), "events": events, "extra": extra, "environ": dict(os.environ),
                   "jax_dir": jax.config.jax_compilation_cache_dir,
                   "enabled_flag": bool(jax.config.jax_enable_compilation_cache)}}))
 """
 
 
-def _probe(env_changes: dict[str, str | None], before: str = "", after: str = "") -> dict:
+def _probe(env_changes: dict[str, str | None], before: str = "", after: str = "", cwd=None) -> dict:
+    # A clean slate, but for the CPU check's answer, which this process's own import found
+    # (the tests of the check itself take it out).
     env = {key: value for key, value in os.environ.items()
-           if key not in (compile_cache.SWITCH_ENV_VAR, compile_cache.JAX_DIR_ENV_VAR,
+           if key not in (compile_cache.SWITCH_ENV_VAR, compile_cache.JAX_DIR_ENV_VAR, compile_cache._INHERITED_ENV_VAR,
                           compile_cache.JAX_MIN_TIME_ENV_VAR, "JAX_ENABLE_COMPILATION_CACHE")}
     for key, value in env_changes.items():
-        if value is not None:
+        if value is None:
+            env.pop(key, None)
+        else:
             env[key] = value
     done = subprocess.run([sys.executable, "-c", PROBE.format(before=before, after=after)], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -164,3 +169,50 @@ extra = {"in_memory": in_memory, "from_disk": from_disk, "after_new": compile_ca
     assert result["extra"]["in_memory"] == 0
     assert result["extra"]["from_disk"] >= 1
     assert result["extra"]["after_new"] == result["extra"]["from_disk"]
+
+
+def test_a_folder_switch_wins_over_an_off_inherited_from_a_parent(tmp_path):
+    # A parent with the switch off leaves JAX_ENABLE_COMPILATION_CACHE=false for its children.
+    result = _probe({compile_cache.SWITCH_ENV_VAR: str(tmp_path / "mine"), "JAX_ENABLE_COMPILATION_CACHE": "false"})
+    assert result["enabled_flag"] and result["status"]["enabled"]
+    assert any((tmp_path / "mine").iterdir())
+
+
+def test_a_folder_set_through_jax_config_before_labcore_is_left_alone(tmp_path):
+    before = f"import jax; jax.config.update('jax_compilation_cache_dir', {str(tmp_path / 'own')!r})"
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path / "unused")}, before=before)
+    assert result["jax_dir"] == str(tmp_path / "own") and "left it alone" in result["status"]["reason"]
+    assert not (tmp_path / "unused").exists()
+
+
+def test_a_child_knows_the_folder_came_from_labcore_and_a_relative_switch_becomes_absolute(tmp_path):
+    parent = _probe({compile_cache.SWITCH_ENV_VAR: "relative-cache"}, cwd=tmp_path)
+    folder = str(tmp_path / "relative-cache")
+    assert parent["status"]["folder"] == folder and parent["environ"][compile_cache.SWITCH_ENV_VAR] == folder
+    inherited = {key: parent["environ"][key] for key in (compile_cache.JAX_DIR_ENV_VAR, compile_cache._INHERITED_ENV_VAR)}
+    child = _probe({**inherited, "XDG_CACHE_HOME": str(tmp_path / "unused")})
+    assert child["jax_dir"] == folder and "inherited" in child["status"]["reason"]
+
+
+def test_the_cpu_check_runs_once_and_its_answer_is_kept(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path), compile_cache.CPU_CHECK_ENV_VAR: None}
+    first = _probe(env)
+    folder = tmp_path / "labcore" / "jax"
+    (marker,) = folder.glob("labcore-cpu-check-*.txt")
+    answer = marker.read_text().strip()
+    assert answer in ("ok", "unreadable") and first["environ"][compile_cache.CPU_CHECK_ENV_VAR] == answer
+    assert first["status"]["enabled"] == (answer == "ok")
+    assert not list(folder.glob("labcore-cpu-check-*/")), "the check's scratch folder is removed"
+    # The kept answer decides from now on: a machine found unreadable keeps labcore's default off.
+    marker.write_text("unreadable\n")
+    second = _probe(env)
+    assert not second["status"]["enabled"] and "38445" in second["status"]["reason"]
+    assert second["jax_dir"] is None and not second["enabled_flag"]
+
+
+def test_an_unreadable_cpu_leaves_the_default_off_but_not_a_folder_asked_for(tmp_path):
+    unreadable = {compile_cache.CPU_CHECK_ENV_VAR: "unreadable"}
+    default = _probe({**unreadable, "XDG_CACHE_HOME": str(tmp_path)})
+    assert not default["status"]["enabled"] and compile_cache.SWITCH_ENV_VAR in default["status"]["reason"]
+    asked = _probe({**unreadable, compile_cache.SWITCH_ENV_VAR: str(tmp_path / "asked")})
+    assert asked["status"]["enabled"] and any((tmp_path / "asked").iterdir())

@@ -80,6 +80,24 @@ def test_a_row_is_readable_before_the_logger_is_closed(tmp_path):
     logger.close()
 
 
+def test_a_logger_never_closed_closes_its_writer_when_collected(tmp_path):
+    # What a driver that raised, or an interrupted notebook cell, leaves behind.
+    import gc
+    import threading
+
+    before = set(threading.enumerate())
+    logger = MetricsLogger(tmp_path)
+    logger.log({"step": 1, "loss": 0.5})
+    started = set(threading.enumerate()) - before
+    assert started, "the writer runs a thread"
+    del logger
+    gc.collect()
+    for thread in started:
+        thread.join(timeout=10)
+    assert not any(thread.is_alive() for thread in started)
+    assert read_tensorboard_scalars(tmp_path) == {"loss": [(1, 0.5)]}
+
+
 def test_a_resumed_run_rebuilds_its_event_files_from_the_cut_jsonl(tmp_path):
     run = runs.RunDir.open(tmp_path, Config(), step_key="update")
     for update in (1, 2, 3):
