@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 
+from labcore import compile_cache
 from labcore.benchmarking import write_results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -49,8 +50,8 @@ def _folder_mib(folder: pathlib.Path) -> float:
 def measure(name: str, argv: list[str], base_env: dict[str, str]) -> dict:
     """One workload: seconds with the cache off, cold and warm, and the cache's size after."""
     with tempfile.TemporaryDirectory(prefix="labcore-cache-bench-") as folder:
-        off = _timed(argv, {**base_env, "LABCORE_COMPILATION_CACHE": "0"})
-        on = {**base_env, "LABCORE_COMPILATION_CACHE": folder}
+        off = _timed(argv, {**base_env, compile_cache.SWITCH_ENV_VAR: "0"})
+        on = {**base_env, compile_cache.SWITCH_ENV_VAR: folder}
         cold = _timed(argv, on)
         warm = _timed(argv, on)
         size = _folder_mib(pathlib.Path(folder))
@@ -69,9 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
 
+    # What this process's own import of labcore set up must not leak into the measured processes.
     base_env = {key: value for key, value in os.environ.items()
-                if key not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-                               "JAX_ENABLE_COMPILATION_CACHE")}
+                if key not in (compile_cache.SWITCH_ENV_VAR, compile_cache.JAX_DIR_ENV_VAR, compile_cache.JAX_MIN_TIME_ENV_VAR,
+                               compile_cache.INHERITED_ENV_VAR, "JAX_ENABLE_COMPILATION_CACHE")}
     base_env["LABCORE_QUICK"] = "0" if args.full else "1"
     rows = []
     for notebook in args.notebooks:

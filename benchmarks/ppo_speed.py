@@ -22,8 +22,12 @@ import os
 import time
 
 # Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
-# with its concurrency-optimised scheduler (see the platform notes); this setting avoids it.
+# with its concurrency-optimised scheduler (labcore/__main__.py says more); this setting avoids it.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
+
+# Compile times here are real compiles: with labcore's persistent compilation cache on, a second
+# run's "compile" would be a file read (labcore.compile_cache), so this script runs without it.
+os.environ["LABCORE_COMPILATION_CACHE"] = "0"
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

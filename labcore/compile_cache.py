@@ -3,17 +3,17 @@
 XLA compiles every jitted program the first time a process calls it: seconds to a minute for a
 training loop, paid again in every new kernel or command. JAX can keep the compiled programs on
 disk and load them in a later process instead (the persistent compilation cache). On the 2-core
-reference CPU this roughly halves a second run: notebook 02 in quick mode goes from 68 s to 27 s,
-and ``python -m labcore train ppo --total-steps 65536`` from 27 s to 15 s (the README has the
-table and the command that measured it). So ``import labcore`` turns the cache on, before JAX is
-imported where it can:
+reference CPU this roughly halves a second run: notebook 02 in quick mode went from 68 s to 29 s,
+and ``python -m labcore train ppo --total-steps 65536`` from 33 s to 15 s (the README has the
+table and the command that measured it, benchmarks/compile_cache.py). So ``import labcore`` turns
+the cache on, before JAX is imported where it can:
 
-    folder   $XDG_CACHE_HOME/labcore/jax, else ~/.cache/labcore/jax
+    folder     $XDG_CACHE_HOME/labcore/jax, else ~/.cache/labcore/jax
     off        LABCORE_COMPILATION_CACHE=0 (in the shell, or in os.environ before `import labcore`);
                off means off, even if JAX_COMPILATION_CACHE_DIR is set
     elsewhere  LABCORE_COMPILATION_CACHE=/some/folder (it wins over JAX_COMPILATION_CACHE_DIR)
-    yours      JAX_COMPILATION_CACHE_DIR already set, and the switch unset: labcore leaves JAX's
-               own settings alone
+    yours      JAX_COMPILATION_CACHE_DIR (or jax.config's jax_compilation_cache_dir) already set,
+               and the switch unset: labcore leaves JAX's own settings alone
 
 It sets JAX's own environment variables, so processes labcore starts (the launcher's workers, the
 actor-learner's actors) inherit the same cache. Programs are cached whatever their compile time
@@ -68,7 +68,7 @@ def _decide(environ: dict[str, str], jax_config_dir: str | None = None) -> Cache
         return CacheSetting(None, f"turned off by {SWITCH_ENV_VAR}={switch}")
     if switch.lower() not in ("", "1", "on", "true", "yes"):  # a folder: it wins over an inherited JAX setting
         return CacheSetting(Path(switch).expanduser().resolve(), f"{SWITCH_ENV_VAR}={switch}")
-    if environ.get(_INHERITED_ENV_VAR) and environ.get(JAX_DIR_ENV_VAR) == environ[_INHERITED_ENV_VAR]:
+    if environ.get(INHERITED_ENV_VAR) and environ.get(JAX_DIR_ENV_VAR) == environ[INHERITED_ENV_VAR]:
         return CacheSetting(Path(environ[JAX_DIR_ENV_VAR]), "labcore's choice, inherited from the process that started this one")
     if environ.get(JAX_DIR_ENV_VAR):
         return CacheSetting(Path(environ[JAX_DIR_ENV_VAR]), f"JAX's own setting {JAX_DIR_ENV_VAR} (labcore left it alone)")
@@ -79,7 +79,7 @@ def _decide(environ: dict[str, str], jax_config_dir: str | None = None) -> Cache
 
 # Set by labcore to the folder it chose, so that a child process tells labcore's choice (which it
 # may report as such) from a JAX_COMPILATION_CACHE_DIR the user set.
-_INHERITED_ENV_VAR = "LABCORE_COMPILATION_CACHE_CHOSEN"
+INHERITED_ENV_VAR = "LABCORE_COMPILATION_CACHE_CHOSEN"
 _setting: CacheSetting | None = None
 
 
@@ -111,7 +111,7 @@ def configure() -> CacheSetting:
     if not setting.enabled:
         _turn_off()
     elif chosen_by_labcore:
-        os.environ[JAX_DIR_ENV_VAR] = os.environ[_INHERITED_ENV_VAR] = str(setting.folder)
+        os.environ[JAX_DIR_ENV_VAR] = os.environ[INHERITED_ENV_VAR] = str(setting.folder)
         if setting.reason.startswith(SWITCH_ENV_VAR):  # absolute, so a child in another folder finds the same
             os.environ[SWITCH_ENV_VAR] = str(setting.folder)
         os.environ.setdefault(JAX_MIN_TIME_ENV_VAR, "0")
@@ -128,7 +128,7 @@ def _turn_off() -> None:
     # A parent process that imported labcore passes JAX_COMPILATION_CACHE_DIR down to its
     # children; a child started with the switch off must not pick the cache up from there.
     os.environ.pop(JAX_DIR_ENV_VAR, None)
-    os.environ.pop(_INHERITED_ENV_VAR, None)
+    os.environ.pop(INHERITED_ENV_VAR, None)
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     if "jax" in sys.modules:
         import jax
@@ -273,8 +273,9 @@ def hits() -> int:
     """How many programs this process has read from the persistent cache instead of compiling.
 
     Counted from JAX's own monitoring events, from the first call of ``hits()`` on (the first call
-    returns 0 and starts counting): compare two calls around a compile to tell a real compile
-    from a read.
+    returns 0 and starts counting): compare two calls around a cell to see whether what it
+    compiled came from the cache. (JAX records each entry's compile time in whole seconds, so its
+    own "time saved" event is no use for programs that compile in under a second.)
     """
     global _listening
     if not _listening:

@@ -39,7 +39,7 @@ def _probe(env_changes: dict[str, str | None], before: str = "", after: str = ""
     # A clean slate, but for the CPU check's answer, which this process's own import found
     # (the tests of the check itself take it out).
     env = {key: value for key, value in os.environ.items()
-           if key not in (compile_cache.SWITCH_ENV_VAR, compile_cache.JAX_DIR_ENV_VAR, compile_cache._INHERITED_ENV_VAR,
+           if key not in (compile_cache.SWITCH_ENV_VAR, compile_cache.JAX_DIR_ENV_VAR, compile_cache.INHERITED_ENV_VAR,
                           compile_cache.JAX_MIN_TIME_ENV_VAR, "JAX_ENABLE_COMPILATION_CACHE")}
     for key, value in env_changes.items():
         if value is None:
@@ -153,9 +153,17 @@ def test_hits_tells_a_read_from_a_compile(tmp_path):
     after = """
 from labcore import compile_cache
 x = jnp.arange(5.0)
-fn = jax.jit(lambda x: jnp.tanh(x) * 3.0 + 1.0)   # the program the probe compiled above
+
+
+def unrolled(x):  # a Python loop under jit: 300 copies of the body, a compile of a good fraction of a second
+    for i in range(300):
+        x = jnp.sin(x) * 1.01 + i
+    return x
+
+
+fn = jax.jit(unrolled)
 compile_cache.hits()
-fn(x).block_until_ready()
+fn(x).block_until_ready()                         # compiled, and written to the cache
 start = compile_cache.hits()
 fn(x).block_until_ready()                         # called again: JAX's in-memory cache, no disk read
 in_memory = compile_cache.hits() - start
@@ -189,7 +197,7 @@ def test_a_child_knows_the_folder_came_from_labcore_and_a_relative_switch_become
     parent = _probe({compile_cache.SWITCH_ENV_VAR: "relative-cache"}, cwd=tmp_path)
     folder = str(tmp_path / "relative-cache")
     assert parent["status"]["folder"] == folder and parent["environ"][compile_cache.SWITCH_ENV_VAR] == folder
-    inherited = {key: parent["environ"][key] for key in (compile_cache.JAX_DIR_ENV_VAR, compile_cache._INHERITED_ENV_VAR)}
+    inherited = {key: parent["environ"][key] for key in (compile_cache.JAX_DIR_ENV_VAR, compile_cache.INHERITED_ENV_VAR)}
     child = _probe({**inherited, "XDG_CACHE_HOME": str(tmp_path / "unused")})
     assert child["jax_dir"] == folder and "inherited" in child["status"]["reason"]
 
