@@ -92,7 +92,7 @@ def _gae_inputs(rng: np.random.Generator) -> tuple:
     )
 
 
-def _gae_reference(rewards, values, dones, last_value, gamma, gae_lambda):
+def gae_reference(rewards, values, dones, last_value, gamma, gae_lambda):
     from labcore import losses
 
     return losses.gae_advantages(rewards, values, dones, last_value, gamma, gae_lambda)[0]
@@ -384,7 +384,7 @@ def catalogue() -> list[Exercise]:
             "A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}, with V_T = last_value and A_T = 0. "
             "dones[t] means the episode ended AT step t, so step t does not look past it. "
             "jax.lax.scan(..., reverse=True) does the backward loop in one compiled op.",
-            reference=_gae_reference,
+            reference=gae_reference,
             make_inputs=_gae_inputs,
             # Ten times the default: a Python loop over the steps rounds differently from the
             # reference's reverse scan, up to 0.7 of the default tolerance on 40 inputs
