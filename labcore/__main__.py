@@ -12,6 +12,7 @@
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
     python -m labcore train gflownet --trainer hybrid --loss tb --ndim 4 --height 8 --iterations 2000
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
+    python -m labcore train dqn-actor-learner --env CartPole-v1 --num-actors 4 [--address auto]
     python -m labcore train iqn --mode jax_fused --epochs 200 --run-dir runs/iqn [--num-worlds 8 ...]
     python -m labcore eval iqn --checkpoint runs/iqn --epochs 10
 
@@ -79,6 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
     train_ppo.add_argument("--eval-episodes", type=_positive_int, default=64, help="greedy episodes at the end")
     train_ppo.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_tensorboard_flag(train_ppo)
+
+    train_al = train.add_parser("dqn-actor-learner",
+                                help="DQN with Ray actors feeding one learner: this machine, or a Ray cluster (--address)")
+    _add_config_flags(train_al)
+    train_al.add_argument("--address", default=None,
+                          help="Ray cluster to join: 'auto' (the one `ray start` runs on this machine) or HEAD_IP:PORT; "
+                               "default: start Ray on this machine, listening on 127.0.0.1 only")
+    train_al.add_argument("--num-actors", type=_positive_int, default=2, help="Ray actors, spread over the cluster's nodes")
+    train_al.add_argument("--envs-per-actor", type=_positive_int, default=4)
+    train_al.add_argument("--rollout-steps", type=_positive_int, default=32, help="steps of each rollout an actor returns")
+    train_al.add_argument("--broadcast-every", type=_positive_int, default=10, help="learner updates between parameter copies")
+    train_al.add_argument("--max-restarts", type=int, default=3, help="times Ray restarts an actor that died")
+    train_al.add_argument("--cpus-per-actor", type=float, default=1.0, help="Ray CPUs each actor reserves")
+    train_al.add_argument("--run-dir", default=None, help="folder for metrics (JSONL, CSV, TensorBoard) and checkpoints/")
+    train_al.add_argument("--log-every", type=_positive_int, default=200, help="learner updates between metric rows")
+    train_al.add_argument("--checkpoint-every", type=_positive_int, default=None, help="learner updates between checkpoints")
+    train_al.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    train_al.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    _add_tensorboard_flag(train_al)
 
     launch = commands.add_parser("launch", help="run a labcore command as N local processes joined by jax.distributed")
     launch.add_argument("--num-processes", type=_positive_int, default=2)
@@ -254,6 +274,25 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_dqn_actor_learner(args: argparse.Namespace) -> int:
+    from labcore.agents.dqn import actor_learner
+
+    config = _config_from(args)
+    print(config)
+    result = actor_learner.run(
+        config, num_actors=args.num_actors, envs_per_actor=args.envs_per_actor, rollout_steps=args.rollout_steps,
+        broadcast_every=args.broadcast_every, log_every=args.log_every, address=args.address,
+        max_restarts=args.max_restarts, cpus_per_actor=args.cpus_per_actor, run_dir=args.run_dir,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard)
+    print(json.dumps({"updates": result.metrics[-1]["updates"] if result.metrics else 0,
+                      "actor_steps_per_second": round(result.actor_steps_per_second),
+                      "learner_updates_per_second": round(result.learner_updates_per_second, 1),
+                      "mean_staleness": round(result.mean_staleness, 1), "transitions_lost": result.transitions_lost,
+                      "actor_restarts": result.actor_restarts, "transitions_by_node": result.transitions_by_node,
+                      "eval_return_mean": float(result.eval_returns.mean()), "wall_time_s": round(result.wall_time, 1)}))
+    return 0
+
+
 def _train_gflownet(args: argparse.Namespace) -> int:
     from labcore.agents.gflownet import trainers as gflownet_train
 
@@ -365,10 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("train", "eval"):
         commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_ppo,
                     ("eval", "ppo"): _eval_ppo, ("train", "gflownet"): _train_gflownet, ("train", "iqn"): _train_iqn,
-                    ("eval", "iqn"): _eval_iqn}
+                    ("eval", "iqn"): _eval_iqn, ("train", "dqn-actor-learner"): _train_dqn_actor_learner}
         try:
             return commands[args.command, args.agent](args)
-        except (ValueError, FileNotFoundError, FileExistsError) as error:  # bad config or env: one clear line, no traceback
+        except (ValueError, FileNotFoundError, FileExistsError, ConnectionError) as error:  # bad config, env or address: one line
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "launch":

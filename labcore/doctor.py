@@ -35,6 +35,7 @@ STACK = (
     "orbax-checkpoint",
     "torch",
     "numpy",
+    "ray",
 )
 
 

@@ -8,5 +8,5 @@
 * ``scan``: the whole of training in one ``lax.scan`` over gymnax envs, vmappable over seeds;
 * ``data_parallel``: one update over a device mesh, three ways (pmap, shard_map, jit with shardings);
 * ``multi_process``: data-parallel DQN over every device of every process of a cluster;
-* ``actor_learner``: actor processes feeding one learner, with the policy's staleness measured.
+* ``actor_learner``: Ray actors feeding one learner that owns the replay (staleness, node ids, restarts, resume).
 """

@@ -1,128 +1,143 @@
-"""Actors and a learner in separate processes: the actor-learner DQN, in the style of Ape-X and Gorila.
+"""Actors and a learner on Ray: the actor-learner DQN, in the style of Ape-X and Gorila.
 
-    result = run(DQNConfig(env_id="CartPole-v1", total_steps=60_000), num_actors=2, broadcast_every=10)
+    result = run(DQNConfig(env_id="CartPole-v1", total_steps=60_000), num_actors=2)            # this machine
+    result = run(config, num_actors=16, address="auto")      # the Ray cluster `ray start` runs (README)
 
-* **Actors** (``num_actors`` processes) each step ``envs_per_actor`` gymnax envs with a jitted
-  epsilon-greedy rollout of ``rollout_steps`` steps, using the newest parameters they have
-  received, and send the transitions, tagged with the parameter version they acted with, to the
-  learner.
-* **The learner** (this process) owns the replay buffer (``labcore.replay``), adds what arrives,
-  makes one jitted DQN update (``labcore.agents.dqn.core``) per ``train_frequency`` transitions
-  received, and every ``broadcast_every`` updates sends the parameters and the current epsilon
-  back to every actor.
+* **Actors** are Ray actors (``RolloutActor``), one process each, placed on the cluster's nodes
+  (spread over them). Each steps ``envs_per_actor`` gymnax envs with a jitted epsilon-greedy
+  rollout of ``rollout_steps`` steps and returns the transitions, tagged with the parameter
+  version it acted with and the node it ran on.
+* **Parameters** travel through Ray's object store: every ``broadcast_every`` updates the learner
+  puts one copy there (``ray.put``), and each rollout it asks for carries a reference to the newest
+  copy; an actor on another node fetches it from there once.
+* **The learner** (this process) owns the replay buffer (``labcore.replay``), adds each rollout
+  as it returns, makes one jitted DQN update (``labcore.agents.dqn.core``) per
+  ``train_frequency`` transitions received, and at once asks that actor for its next rollout. Two
+  rollouts are queued per actor, so an actor never waits for the learner; the price is
+  **staleness**: data acted with parameters ``staleness`` updates older than the learner's. The
+  result reports it with the actors' steps per second and the learner's updates per second.
 
-The transport is real: ``multiprocessing`` pipes between processes (OS socket pairs; numpy
-arrays, pickled), one for parameters into each actor and one for data out of it. Actors never wait for the learner (they act with whatever parameters they have), so
-the data is **stale**: an actor's transitions come from parameters ``staleness`` updates older
-than the learner's. ``broadcast_every`` sets how stale; the result reports it with the actors'
-steps per second and the learner's updates per second.
+Faults. An actor whose process dies is restarted by Ray (``max_restarts`` times per actor): the
+rollout it was running is lost and counted (``transitions_lost``, ``rollout_steps x
+envs_per_actor`` per death), the run goes on with the other actors, and the restarted actor gets
+work again once it answers. An actor that dies once more than ``max_restarts``, or no rollout for
+``stall_timeout_s``, stops the run with an error naming it; the actors die with the learner (Ray
+owns them). A learner killed mid-run leaves its newest
+checkpoint (``checkpoint_every`` updates: train state, replay buffer, key, counters) in
+``run_dir``; ``resume=True`` continues from it with new actors. A resumed run continues the
+learner's state exactly, but not the run: which actor's rollout arrives first is decided by the
+operating system, so no two asynchronous runs are the same.
 
-A dead actor (or none sending data within ``connect_timeout_s``) stops the run with an error
-naming it; every actor process is joined or killed on the way out.
-
-The actors run JAX on the CPU platform (``JAX_PLATFORMS=cpu`` in the environment they start
-with, ``labcore.distributed.children_on_cpu``) whatever this process uses: a GPU or TPU is held
-by one process, so actors asking for the chip a notebook kernel holds would fail or preallocate
-its memory again. The learner keeps this process's devices.
+The actors run JAX on the CPU platform (``actor_platform``) whatever the learner uses: a GPU or
+TPU is held by one process, and acting with a small network is CPU-sized work.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
+import os
 import time
-from multiprocessing.connection import Connection, wait
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from labcore import distributed
+from labcore import ray_cluster, runs
 from labcore.agents.dqn import core as dqn
+
+ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works
 
 
 class ActorLearnerResult(NamedTuple):
     params: Any
     metrics: list[dict[str, Any]]  # one row per ``log_every`` updates
-    actor_steps_per_second: float  # all actors together, over the run
+    actor_steps_per_second: float  # all actors together, from the first rollout received
     learner_updates_per_second: float
-    mean_staleness: float  # learner updates between acting and learning, averaged over batches
+    mean_staleness: float  # learner updates between acting and learning, averaged over rollouts
     eval_returns: np.ndarray
     wall_time: float
+    transitions_by_node: dict[str, int]  # Ray node id -> transitions its actors delivered
+    transitions_lost: int  # in rollouts that died with their actor
+    actor_restarts: int  # actor processes Ray started again after one died
+    actors: list[dict[str, Any]]  # per actor: rank, node_id, pid (the newest), restarts, transitions
 
 
-def _actor_main(rank: int, params_in: Connection, data_out: Connection, config_fields: dict, envs_per_actor: int,
-                rollout_steps: int, seed: int) -> None:
-    """One actor process: act with the newest parameters and send transitions until told to stop.
+class RolloutActor:
+    """One actor's state and jitted rollout; ``run`` makes it a Ray actor (``ray.remote``).
 
-    A thread drains the parameter pipe, keeping only the newest message, so the learner's
-    broadcasts never back up while this process is busy acting or blocked sending data.
+    rollout(params, version, epsilon) -> a dict of numpy arrays ``obs`` [T*E, *obs_shape],
+    ``actions`` [T*E] int32, ``rewards`` [T*E] float32, ``next_obs``, ``terminated`` [T*E] bool
+    (T = rollout_steps, E = envs_per_actor), plus ``version``, ``finished`` (returns of the
+    episodes that ended), ``rank``, ``node_id`` and ``pid``.
     """
-    import threading
 
-    import jax
-    import jax.numpy as jnp
+    def __init__(self, config_fields: dict, rank: int, envs_per_actor: int, rollout_steps: int):
+        import jax
+        import jax.numpy as jnp
 
-    from labcore import envs
-    from labcore.nets.q_networks import make_q_network
+        from labcore import envs
+        from labcore.nets.q_networks import make_q_network
 
-    config = dqn.DQNConfig(**config_fields)
-    newest: list[Any] = [params_in.recv()]  # (version, params, epsilon); None means stop
-    stop = threading.Event()
+        config = dqn.DQNConfig(**config_fields)
+        self.rank, self.envs_per_actor, self.rollout_steps = rank, envs_per_actor, rollout_steps
+        env, env_params = envs.make_jax_env(config.env_id)
+        network = make_q_network(config.network, env.action_space(env_params).n, config.hidden_sizes)
+        step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def receive() -> None:
-        try:
-            while not stop.is_set():
-                message = params_in.recv()
-                newest[0] = message
-                if message is None:
-                    stop.set()
-        except (EOFError, OSError):
-            stop.set()
+        def rollout(params, env_state, obs, key, epsilon):
+            def one_step(carry, step_key):
+                env_state, obs = carry
+                act_key, env_key = jax.random.split(step_key)
+                actions = dqn.select_action(network, params, obs, epsilon, act_key)
+                next_obs, env_state, reward, terminated, truncated, info = step_envs(
+                    jax.random.split(env_key, envs_per_actor), env_state, actions, env_params
+                )
+                transition = (obs, actions, reward.astype(jnp.float32), info["final_observation"], terminated,
+                              terminated | truncated)
+                return (env_state, next_obs), transition
 
-    threading.Thread(target=receive, daemon=True).start()
-    env, env_params = envs.make_jax_env(config.env_id)
-    network = make_q_network(config.network, env.action_space(env_params).n, config.hidden_sizes)
-    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+            return jax.lax.scan(one_step, (env_state, obs), jax.random.split(key, rollout_steps))
 
-    @jax.jit
-    def rollout(params, env_state, obs, key, epsilon):
-        def one_step(carry, step_key):
-            env_state, obs = carry
-            act_key, env_key = jax.random.split(step_key)
-            actions = dqn.select_action(network, params, obs, epsilon, act_key)
-            next_obs, env_state, reward, terminated, truncated, info = step_envs(
-                jax.random.split(env_key, envs_per_actor), env_state, actions, env_params
-            )
-            transition = (obs, actions, reward.astype(jnp.float32), info["final_observation"], terminated, terminated | truncated)
-            return (env_state, next_obs), transition
+        self._rollout = jax.jit(rollout)
+        # A restarted actor (same rank) must not replay its predecessor's random stream: its pid differs.
+        self._key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), rank), os.getpid())
+        self._key, reset_key = jax.random.split(self._key)
+        self._obs, self._env_state = jax.vmap(env.reset, in_axes=(0, None))(
+            jax.random.split(reset_key, envs_per_actor), env_params)
+        self._episode_return = np.zeros(envs_per_actor)
+        self.node_id = _node_id()
 
-        (env_state, obs), transitions = jax.lax.scan(one_step, (env_state, obs), jax.random.split(key, rollout_steps))
-        return env_state, obs, transitions
+    def ready(self) -> bool:
+        """Answers once the actor is constructed (the learner's check that a restarted actor is up)."""
+        return True
 
-    key = jax.random.fold_in(jax.random.key(seed), rank)
-    key, reset_key = jax.random.split(key)
-    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, envs_per_actor), env_params)
-    episode_return = np.zeros(envs_per_actor)
-    while True:
-        message = newest[0]
-        if stop.is_set() or message is None:
-            return
-        version, params, epsilon = message
-        key, rollout_key = jax.random.split(key)
-        env_state, obs, (o, a, r, next_o, term, done) = rollout(params, env_state, obs, rollout_key, epsilon)
-        o, a, r, next_o, term, done = (np.asarray(x) for x in (o, a, r, next_o, term, done))
+    def rollout(self, params: Any, version: int, epsilon: float) -> dict[str, Any]:
+        import jax
+
+        self._key, key = jax.random.split(self._key)
+        (self._env_state, self._obs), transitions = self._rollout(params, self._env_state, self._obs, key, epsilon)
+        obs, actions, rewards, next_obs, terminated, done = (np.asarray(x) for x in transitions)
         finished = []
-        for t in range(rollout_steps):  # episode returns, for the learner's log
-            episode_return += r[t]
-            finished.extend(episode_return[done[t]].tolist())
-            episode_return[done[t]] = 0.0
-        shape = (rollout_steps * envs_per_actor,)
-        batch = (o.reshape(shape + o.shape[2:]), a.reshape(shape), r.reshape(shape), next_o.reshape(shape + o.shape[2:]),
-                 term.reshape(shape))
-        try:
-            data_out.send((version, batch, finished))
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            return  # the learner has gone
+        for t in range(self.rollout_steps):  # episode returns, for the learner's log
+            self._episode_return += rewards[t]
+            finished.extend(self._episode_return[done[t]].tolist())
+            self._episode_return[done[t]] = 0.0
+        flat = (self.rollout_steps * self.envs_per_actor,)
+        return {"obs": obs.reshape(flat + obs.shape[2:]), "actions": actions.reshape(flat), "rewards": rewards.reshape(flat),
+                "next_obs": next_obs.reshape(flat + obs.shape[2:]), "terminated": terminated.reshape(flat),
+                "version": version, "finished": finished, "rank": self.rank, "node_id": self.node_id, "pid": os.getpid()}
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+
+
+def _check_settings(**settings: float) -> None:
+    for name, value in settings.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 def run(
@@ -132,136 +147,237 @@ def run(
     rollout_steps: int = 32,
     broadcast_every: int = 10,
     log_every: int = 200,
-    connect_timeout_s: float = 60.0,
+    *,
+    address: str | None = None,
+    max_restarts: int = 3,
+    cpus_per_actor: float = 1.0,
+    actor_platform: str = "cpu",
+    run_dir: str | os.PathLike | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    tensorboard: bool = True,
+    on_log: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
+    stall_timeout_s: float = 120.0,
     timeout_s: float = 900.0,
 ) -> ActorLearnerResult:
-    """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring."""
+    """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring.
+
+    address: None joins the Ray this process runs, or starts one here on 127.0.0.1 (stopped at the
+    end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
+    checkpoint_every count learner updates. on_log(row, actors) is called after each metrics row
+    with the actors' table (rank, node_id, pid, restarts, transitions).
+    """
+    _check_settings(num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_steps=rollout_steps,
+                    broadcast_every=broadcast_every, log_every=log_every, checkpoint_every=checkpoint_every)
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+    if cpus_per_actor <= 0:
+        raise ValueError(f"cpus_per_actor must be > 0, got {cpus_per_actor}")
+    if checkpoint_every is not None and run_dir is None:
+        raise ValueError("checkpoint_every needs a run_dir to write checkpoints to")
+    run = runs.RunDir.open(run_dir, config, step_key="updates", resume=resume, overwrite=overwrite, tensorboard=tensorboard)
+    import ray
+
+    started_ray = not ray.is_initialized()
+    # A one-node Ray started here gets a logical CPU per actor, so every actor is placed even on a
+    # machine with fewer cores (they then share them, as processes do).
+    ray_cluster.init(address, num_cpus=max(os.cpu_count() or 1, int(np.ceil(num_actors * cpus_per_actor)) + 1)
+                     if address is None else None)
+    try:
+        return _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
+                      cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s)
+    finally:
+        run.logger.close()
+        if started_ray:
+            ray.shutdown()
+
+
+class _Counters(NamedTuple):
+    received: int
+    updates: int
+    lost: int
+    seconds: float
+
+
+def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
+           cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s) -> ActorLearnerResult:
     import jax
     import jax.numpy as jnp
+    import ray
+    from ray.exceptions import ActorDiedError, RayActorError
 
     from labcore import envs, replay
     from labcore.agents.dqn import scan as dqn_scan
     from labcore.nets.q_networks import make_q_network
 
-    for name, value in (("num_actors", num_actors), ("envs_per_actor", envs_per_actor), ("rollout_steps", rollout_steps),
-                        ("broadcast_every", broadcast_every), ("log_every", log_every)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
     env, env_params = envs.make_jax_env(config.env_id)
     network = make_q_network(config.network, env.action_space(env_params).n, config.hidden_sizes)
     optimizer = dqn.make_optimizer(config)
     update = jax.jit(dqn.make_update(config, network, optimizer), donate_argnums=0)
     obs_shape = env.observation_space(env_params).shape
-    key = jax.random.key(config.seed)
-    key, init_key = jax.random.split(key)
+    key, init_key = jax.random.split(jax.random.key(config.seed))
     state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, jnp.float32), init_key)
     example = dqn.Transition(jnp.zeros(obs_shape), jnp.int32(0), jnp.float32(0), jnp.zeros(obs_shape), jnp.bool_(False))
     buffer = replay.init(example, config.buffer_size)
     add_batch = jax.jit(replay.add_batch, donate_argnums=0)
     sample = jax.jit(replay.sample, static_argnums=2)
     total_updates = max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
+    before = _Counters(0, 0, 0, 0.0)
+    if run.resume_step is not None:
+        state, buffer, key, before = _restore(run.checkpoints, run.resume_step, state, buffer)
+    received, updates, lost = before.received, before.updates, before.lost
+    credit = max(0.0, (received - config.learning_starts) / config.train_frequency - updates)
 
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked JAX runtime
-    params_pipes = [context.Pipe(duplex=False) for _ in range(num_actors)]  # (actor's end, learner's end)
-    data_pipes = [context.Pipe(duplex=False) for _ in range(num_actors)]  # (learner's end, actor's end)
-    actors = [
-        context.Process(target=_actor_main, args=(rank, params_pipes[rank][0], data_pipes[rank][1], dataclasses.asdict(config),
-                                                  envs_per_actor, rollout_steps, config.seed), daemon=True)
-        for rank in range(num_actors)
-    ]
-    with distributed.children_on_cpu():  # the actors must not claim the kernel's GPU or TPU
-        for actor in actors:
-            actor.start()
-    senders = [pipe[1] for pipe in params_pipes]
-    inbox = [pipe[0] for pipe in data_pipes]
-    rank_of = {id(connection): rank for rank, connection in enumerate(inbox)}
-    for rank in range(num_actors):  # the learner keeps only its own ends open
-        params_pipes[rank][0].close()
-        data_pipes[rank][1].close()
+    remote = ray.remote(RolloutActor).options(
+        num_cpus=cpus_per_actor, max_restarts=max_restarts, max_task_retries=0, scheduling_strategy="SPREAD",
+        runtime_env={"env_vars": {"JAX_PLATFORMS": actor_platform}})
+    fields = dataclasses.asdict(config)
+    handles = [remote.remote(fields, rank, envs_per_actor, rollout_steps) for rank in range(num_actors)]
+    actors = [{"rank": rank, "node_id": None, "pid": None, "restarts": 0, "transitions": 0} for rank in range(num_actors)]
+    by_node: dict[str, int] = {}
+    per_call = envs_per_actor * rollout_steps
+    params_ref = ray.put(jax.device_get(state.params))
+    version = updates
+    in_flight: dict[Any, int] = {}  # rollout -> actor rank
+    restarting: dict[Any, int] = {}  # a `ready` call to an actor Ray is restarting -> its rank
+
+    def ask(rank: int) -> None:
+        """Queue rollouts for ``rank`` up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
+        while sum(1 for r in in_flight.values() if r == rank) < ROLLOUTS_QUEUED_PER_ACTOR:
+            epsilon = float(dqn.linear_epsilon(received, config))
+            in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = rank
+
+    def gone(rank: int, error: Exception) -> RuntimeError:
+        return RuntimeError(f"actor {rank} died and Ray will not restart it (restarted {actors[rank]['restarts']} times, "
+                            f"max_restarts={max_restarts}): {error}")
+
+    for rank in range(num_actors):
+        ask(rank)
     started = time.perf_counter()
-    rows: list[dict[str, Any]] = []
+    last_arrival = started
+    first_data = None  # rates are measured from the first rollout: start-up and compiles excluded
+    staleness: list[int] = []
+    returns: list[float] = []
     try:
-
-        def broadcast(version: int, step: int) -> None:
-            message = (version, jax.device_get(state.params), float(dqn.linear_epsilon(step, config)))
-            for rank, connection in enumerate(senders):
-                try:
-                    connection.send(message)
-                except (BrokenPipeError, ConnectionResetError, OSError) as error:
-                    actors[rank].join(timeout=5)
-                    raise RuntimeError(f"actor {rank} died (exit status {actors[rank].exitcode})") from error
-
-        def check_actors() -> None:
-            for rank, actor in enumerate(actors):
-                if not actor.is_alive():
-                    raise RuntimeError(f"actor {rank} died (exit status {actor.exitcode})")
-
-        broadcast(0, 0)
-        received = updates = 0
-        credit = 0.0  # updates owed: one per train_frequency transitions received
-        staleness: list[int] = []
-        returns: list[float] = []
-        acting_started = time.perf_counter()
-        first_data = None  # rates are measured from the first batch: actor start-up and compiles excluded
         while updates < total_updates:
-            if time.perf_counter() - started > timeout_s:
+            now = time.perf_counter()
+            if now - started > timeout_s:
                 raise TimeoutError(f"actor-learner run exceeded {timeout_s:.0f} s")
-            ready = wait(inbox, timeout=1.0)
-            if not ready:
-                check_actors()
-                if time.perf_counter() - acting_started > connect_timeout_s and received == 0:
-                    raise RuntimeError(f"no actor sent data within {connect_timeout_s:.0f} s")
-            for connection in ready:
-                try:
-                    version, batch, finished = connection.recv()
-                except (EOFError, ConnectionResetError, OSError) as error:
-                    actor = actors[rank_of[id(connection)]]
-                    actor.join(timeout=5)
-                    raise RuntimeError(f"actor {rank_of[id(connection)]} died (exit status {actor.exitcode})") from error
-                first_data = first_data or time.perf_counter()
-                o, a, r, next_o, term = batch
-                buffer = add_batch(buffer, dqn.Transition(o, a, r, next_o, term))
-                received += len(a)
-                returns.extend(finished)
-                if received < config.learning_starts:
+            if now - last_arrival > stall_timeout_s:
+                raise RuntimeError(f"no actor returned a rollout for {stall_timeout_s:.0f} s (Ray's cluster: "
+                                   f"{ray.cluster_resources()}; each actor asks for {cpus_per_actor} CPU)")
+            ready, _ = ray.wait([*in_flight, *restarting], num_returns=1, timeout=1.0)
+            for ref in ready:
+                if ref in restarting:  # is the restarted actor up?
+                    rank = restarting.pop(ref)
+                    try:
+                        ray.get(ref)
+                    except ActorDiedError as error:
+                        raise gone(rank, error) from error
+                    except RayActorError:  # still restarting
+                        restarting[handles[rank].ready.remote()] = rank
+                        continue
+                    actors[rank]["restarts"] += 1
+                    ask(rank)
                     continue
-                staleness.append(updates - version)
-                credit += len(a) / config.train_frequency
+                rank = in_flight.pop(ref)
+                try:
+                    out = ray.get(ref)
+                except ActorDiedError as error:
+                    raise gone(rank, error) from error
+                except RayActorError:
+                    # The actor's process died. The rollout it was running is lost; the one queued
+                    # behind it never ran (it fails too, uncounted). Ray is restarting the actor.
+                    if rank not in restarting.values():
+                        lost += per_call
+                        restarting[handles[rank].ready.remote()] = rank
+                    continue
+                last_arrival = time.perf_counter()
+                first_data = first_data or last_arrival
+                entry = actors[rank]
+                entry.update(node_id=out["node_id"], pid=out["pid"])
+                batch = len(out["actions"])
+                entry["transitions"] += batch
+                by_node[out["node_id"]] = by_node.get(out["node_id"], 0) + batch
+                buffer = add_batch(buffer, dqn.Transition(out["obs"], out["actions"], out["rewards"], out["next_obs"],
+                                                          out["terminated"]))
+                received += batch
+                returns.extend(out["finished"])
+                if received >= config.learning_starts:
+                    staleness.append(updates - out["version"])
+                    credit += batch / config.train_frequency
                 while credit >= 1 and updates < total_updates:
                     key, sample_key = jax.random.split(key)
                     state, metrics = update(state, sample(buffer, sample_key, config.batch_size))
                     updates += 1
                     credit -= 1
                     if updates % broadcast_every == 0:
-                        broadcast(updates, received)
+                        params_ref, version = ray.put(jax.device_get(state.params)), updates
                     if updates % log_every == 0:
                         recent = returns[-20:]
-                        rows.append({"updates": updates, "step": received, "loss": float(metrics["loss"]),
-                                     "episode_return": float(np.mean(recent)) if recent else None,
-                                     "staleness": float(np.mean(staleness[-50:])), "seconds": time.perf_counter() - started})
+                        row = run.log({
+                            "updates": updates, "step": received, "loss": float(metrics["loss"]),
+                            "episode_return": float(np.mean(recent)) if recent else None,
+                            "staleness": float(np.mean(staleness[-50:])) if staleness else 0.0,
+                            "transitions_lost": lost, "actor_restarts": sum(a["restarts"] for a in actors),
+                            "seconds": before.seconds + time.perf_counter() - started,
+                            **{f"transitions_node_{node[:12]}": count for node, count in sorted(by_node.items())},
+                        })
+                        if on_log is not None:
+                            on_log(row, [dict(a) for a in actors])
+                    if checkpoint_every is not None and updates % checkpoint_every == 0:
+                        _save(run.checkpoints, updates, state, buffer, key, config,
+                              _Counters(received, updates, lost, before.seconds + time.perf_counter() - started))
+                if updates < total_updates and rank not in restarting.values():
+                    ask(rank)
         wall = time.perf_counter() - started
-        acting_seconds = time.perf_counter() - first_data
-        evaluate = jax.jit(dqn_scan.make_evaluate(config, env, env_params))
-        eval_returns = np.asarray(evaluate(state.params, jax.random.key(config.seed + 1)))
-        return ActorLearnerResult(
-            params=jax.device_get(state.params),
-            metrics=rows,
-            actor_steps_per_second=received / acting_seconds,
-            learner_updates_per_second=updates / acting_seconds,
-            mean_staleness=float(np.mean(staleness)) if staleness else 0.0,
-            eval_returns=eval_returns,
-            wall_time=wall,
-        )
+        acting_seconds = max(time.perf_counter() - (first_data or started), 1e-9)
     finally:
-        for connection in senders:
-            try:
-                connection.send(None)  # stop
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                pass
-        for connection in inbox:  # unblocks an actor waiting to send
-            connection.close()
-        for actor in actors:
-            actor.join(timeout=10)
-            if actor.is_alive():
-                actor.kill()
-                actor.join()
+        for handle in handles:  # the actors stop now, not when Ray collects them
+            ray.kill(handle, no_restart=True)
+    if checkpoint_every is not None and updates % checkpoint_every:
+        _save(run.checkpoints, updates, state, buffer, key, config, _Counters(received, updates, lost, before.seconds + wall))
+    evaluate = jax.jit(dqn_scan.make_evaluate(config, env, env_params))
+    eval_returns = np.asarray(evaluate(state.params, jax.random.key(config.seed + 1)))
+    restarts = sum(a["restarts"] for a in actors)
+    summary = {"updates": updates, "transitions": received, "transitions_lost": lost, "actor_restarts": restarts,
+               "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,
+               "eval_return_mean": float(eval_returns.mean()), "transitions_by_node": dict(by_node)}
+    run.finish(summary)
+    return ActorLearnerResult(
+        params=jax.device_get(state.params),
+        metrics=list(run.rows),
+        actor_steps_per_second=(received - before.received) / acting_seconds,
+        learner_updates_per_second=(updates - before.updates) / acting_seconds,
+        mean_staleness=summary["mean_staleness"],
+        eval_returns=eval_returns,
+        wall_time=wall,
+        transitions_by_node=dict(by_node),
+        transitions_lost=lost,
+        actor_restarts=restarts,
+        actors=actors,
+    )
+
+
+def _save(directory, updates: int, state, buffer, key, config, counters: _Counters) -> None:
+    import jax
+
+    from labcore import checkpoint
+
+    checkpoint.save(directory, updates, {"train_state": state, "replay": buffer, "key": jax.random.key_data(key)},
+                    {"config": runs.config_dict(config), **counters._asdict()})
+
+
+def _restore(directory, step: int, state, buffer):
+    """(train state, replay buffer, key, counters) of checkpoint ``step`` (RunDir.open checked its config)."""
+    import jax
+    import jax.numpy as jnp
+
+    from labcore import checkpoint
+
+    like = {"train_state": state, "replay": buffer, "key": jax.random.key_data(jax.random.key(0))}
+    restored, metadata = checkpoint.restore(directory, like, step)
+    counters = _Counters(*(metadata[name] for name in _Counters._fields))
+    return (restored["train_state"], restored["replay"], jax.random.wrap_key_data(jnp.asarray(restored["key"])),
+            counters)
