@@ -9,8 +9,9 @@
   a one-node Ray started by the run, parameters through Ray's object store; actor steps/s from the
   first rollout received, learner updates/s at one update per ``train_frequency`` transitions;
   staleness in learner updates between acting and learning.
-* ``actor-learner (pipes)``: the same design over ``multiprocessing`` pipes, the transport Ray
-  replaced (``labcore.agents.dqn.actor_learner_pipes``), measured in the same run for comparison.
+
+The README's table also has rows for the same design over ``multiprocessing`` pipes, the transport
+Ray replaced, measured in the same run by this script at commit 0cc690f (the last that has it).
 
     python benchmarks/distributed_scaling.py                  # 20k steps per device / 40k for actor-learner
     python benchmarks/distributed_scaling.py --processes 1 2
@@ -28,7 +29,6 @@ from pathlib import Path
 from labcore import distributed
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import actor_learner as dqn_actor_learner
-from labcore.agents.dqn import actor_learner_pipes
 from labcore.benchmarking import write_results
 
 FLAGS = ["--env", "CartPole-v1", "--learning-starts", "1000", "--buffer-size", "5000", "--exploration-fraction", "0.3",
@@ -49,11 +49,10 @@ def data_parallel(processes: int, steps: int) -> dict:
             "final return": last["episode_return"]}
 
 
-def actor_learner(actors: int, steps: int, transport: str) -> dict:
+def actor_learner(actors: int, steps: int) -> dict:
     config = dqn.DQNConfig(env_id="CartPole-v1", total_steps=steps, learning_starts=1000, buffer_size=10_000,
                            exploration_fraction=0.3)
-    module = dqn_actor_learner if transport == "Ray" else actor_learner_pipes
-    result = module.run(config, num_actors=actors, broadcast_every=10, log_every=500)
+    result = dqn_actor_learner.run(config, num_actors=actors, broadcast_every=10, log_every=500)
     return {"updates/s": result.learner_updates_per_second, "env steps/s": result.actor_steps_per_second,
             "final return": float(result.eval_returns.mean()), "staleness (updates)": result.mean_staleness}
 
@@ -70,12 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     for processes in args.processes:
         rows.append({"mode": "data-parallel", "processes": processes, **data_parallel(processes, args.steps)})
         print(rows[-1], flush=True)
-    for transport in ("Ray", "pipes"):
-        for processes in args.processes:
-            rows.append({"mode": f"actor-learner ({transport})", "processes": processes,
-                         **actor_learner(processes, args.actor_learner_steps, transport)})
-            print(rows[-1], flush=True)
-    for mode in ("data-parallel", "actor-learner (Ray)", "actor-learner (pipes)"):
+    for processes in args.processes:
+        rows.append({"mode": "actor-learner (Ray)", "processes": processes, **actor_learner(processes, args.actor_learner_steps)})
+        print(rows[-1], flush=True)
+    for mode in ("data-parallel", "actor-learner (Ray)"):
         base = next(row for row in rows if row["mode"] == mode)
         for row in rows:
             if row["mode"] == mode:

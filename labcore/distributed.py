@@ -21,7 +21,6 @@ hang, no orphans.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import os
@@ -32,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 import numpy as np
@@ -188,7 +187,8 @@ def free_port() -> int:
 def cpu_only_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """A copy of ``base`` (default: this process's environment) in which JAX uses the CPU platform only.
 
-    Every process labcore starts (the launcher's workers, the actor-learner's actors) runs with it.
+    The launcher's workers run with it (the actor-learner's Ray actors get the same setting through
+    their runtime environment).
     One accelerator chip is held by one process: a second process asking for a TPU that a notebook
     kernel already holds fails ("TPU in use"), and a second GPU process preallocates most of the
     GPU's memory again. The simulated hosts and the actors are CPU programs anyway.
@@ -196,26 +196,6 @@ def cpu_only_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env["JAX_PLATFORMS"] = "cpu"
     return env
-
-
-@contextlib.contextmanager
-def children_on_cpu() -> Iterator[None]:
-    """Processes started inside this block (``multiprocessing`` spawn or ``subprocess`` without an
-    explicit ``env``) inherit ``JAX_PLATFORMS=cpu``; this process's environment is restored after.
-
-    A spawned child imports JAX (while unpickling its target) before any of its own code runs, so
-    the setting has to be in the environment it starts with. This process's JAX read its platforms
-    when it was imported and is not affected.
-    """
-    before = os.environ.get("JAX_PLATFORMS")
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("JAX_PLATFORMS", None)
-        else:
-            os.environ["JAX_PLATFORMS"] = before
 
 
 def _worker_env(rank: int, num_processes: int, devices_per_process: int, port: int) -> dict[str, str]:
