@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     train_al.add_argument("--broadcast-every", type=_positive_int, default=10, help="learner updates between parameter copies")
     train_al.add_argument("--max-restarts", type=int, default=3, help="times Ray restarts an actor that died")
     train_al.add_argument("--cpus-per-actor", type=float, default=1.0, help="Ray CPUs each actor reserves")
+    train_al.add_argument("--stall-timeout", type=float, default=120.0,
+                          help="seconds without any rollout before the run stops (actors that cannot be placed)")
+    train_al.add_argument("--timeout", type=float, default=None, help="seconds for the whole run (default: no limit)")
     train_al.add_argument("--run-dir", default=None, help="folder for metrics (JSONL, CSV, TensorBoard) and checkpoints/")
     train_al.add_argument("--log-every", type=_positive_int, default=200, help="learner updates between metric rows")
     train_al.add_argument("--checkpoint-every", type=_positive_int, default=None, help="learner updates between checkpoints")
@@ -283,8 +286,9 @@ def _train_dqn_actor_learner(args: argparse.Namespace) -> int:
         config, num_actors=args.num_actors, envs_per_actor=args.envs_per_actor, rollout_steps=args.rollout_steps,
         broadcast_every=args.broadcast_every, log_every=args.log_every, address=args.address,
         max_restarts=args.max_restarts, cpus_per_actor=args.cpus_per_actor, run_dir=args.run_dir,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard)
-    print(json.dumps({"updates": result.metrics[-1]["updates"] if result.metrics else 0,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard,
+        stall_timeout_s=args.stall_timeout, timeout_s=args.timeout)
+    print(json.dumps({"updates": result.updates, "transitions": result.transitions,
                       "actor_steps_per_second": round(result.actor_steps_per_second),
                       "learner_updates_per_second": round(result.learner_updates_per_second, 1),
                       "mean_staleness": round(result.mean_staleness, 1), "transitions_lost": result.transitions_lost,

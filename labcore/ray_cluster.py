@@ -112,8 +112,22 @@ def init(address: str | None = None, *, num_cpus: int | None = None, object_stor
 
     _quiet_environment()
     if ray.is_initialized():
-        return {"address": ray.get_runtime_context().gcs_address, "started": False, "nodes": len(ray.nodes())}
+        current = ray.get_runtime_context().gcs_address
+        if address not in (None, "auto", current):
+            raise ValueError(f"address: this process is connected to the Ray cluster at {current}; "
+                             f"call ray.shutdown() before joining {address}")
+        return {"address": current, "started": False, "nodes": len(ray.nodes())}
     options = dict(log_to_driver=False, logging_level="WARNING", configure_logging=True)
+    try:
+        started = _start_or_join(ray, address, num_cpus, object_store_bytes, timeout_s, options)
+    except BaseException:
+        if ray.is_initialized():  # a start-up cut short by its time limit: stop what it started
+            ray.shutdown()
+        raise
+    return {"address": ray.get_runtime_context().gcs_address, "started": started, "nodes": len(ray.nodes())}
+
+
+def _start_or_join(ray, address, num_cpus, object_store_bytes, timeout_s, options) -> bool:
     if address is None:
         with _loopback_only():
             _bounded("starting Ray", timeout_s, lambda: ray.init(
@@ -127,7 +141,7 @@ def init(address: str | None = None, *, num_cpus: int | None = None, object_stor
         with _loopback_only() if on_loopback else contextlib.nullcontext():
             _bounded(f"joining the Ray cluster at {address}", timeout_s, lambda: ray.init(address=address, **options))
         started = False
-    return {"address": ray.get_runtime_context().gcs_address, "started": started, "nodes": len(ray.nodes())}
+    return started
 
 
 @contextlib.contextmanager

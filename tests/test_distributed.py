@@ -6,7 +6,6 @@ import re
 import textwrap
 import time
 
-import numpy as np
 import pytest
 
 from labcore import distributed

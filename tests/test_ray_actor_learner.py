@@ -77,7 +77,7 @@ def listening_addresses(pids: set[int]) -> list[tuple[int, str, int]]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster():
     """Two Ray nodes on loopback, started while JAX_PLATFORMS names a TPU: a worker that inherited
     it would fail at its first JAX call, so the actors prove they run with their own setting (cpu)."""
     import jax
@@ -102,27 +102,30 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_node_run(cluster, tmp_path_factory):
-    """One run with an actor on each node. At the first metrics row (500 updates), what listens is
-    recorded while the actors are alive, then actor 0's process is killed (SIGKILL)."""
+    """One run with an actor on each node. At the first metrics row (every 500 updates) after both
+    actors delivered, what listens is recorded while they are alive, then actor 0's process is
+    killed (SIGKILL)."""
     seen = {}
 
     def look_then_kill(row, actors):
-        if "listening" not in seen:
-            seen["listening"] = listening_addresses(descendants(os.getpid()))
+        if "listening" not in seen and all(actor["pid"] for actor in actors):  # both have delivered
+            seen["listening"] = listening_addresses(descendants(os.getpid()) | {os.getpid()})  # the learner too
             seen["actors"] = actors
             os.kill(actors[0]["pid"], signal.SIGKILL)
             seen["killed"] = actors[0]["pid"]
             seen["killed_at"] = time.monotonic()
-        elif "back_after" not in seen and actors[0]["restarts"]:
-            seen["back_after"] = time.monotonic() - seen["killed_at"]
+        elif "killed" in seen and "back_after" not in seen:
+            if actors[0]["pid"] != seen["killed"]:  # the restarted actor delivered
+                seen["back_after"] = time.monotonic() - seen["killed_at"]
+            elif time.monotonic() - seen["killed_at"] < 60:
+                # Hold the learner a little at each row until then: a restart is a new process that
+                # imports JAX and compiles (6 to 15 s measured), and this run must not end first.
+                time.sleep(0.5)
 
     run_dir = tmp_path_factory.mktemp("two-node")
     started = time.monotonic()
-    # Two transitions per update: the learner sets the pace, and the run lasts long enough (about
-    # 20 s here) for Ray to restart the killed actor (a new process imports JAX and compiles: some
-    # 12 s on a busy 2-core machine) and take rollouts from it again.
     result = actor_learner.run(config(train_frequency=2), num_actors=2, log_every=500, address=cluster, run_dir=run_dir,
-                               on_log=look_then_kill)
+                               on_log=look_then_kill, timeout_s=150, stall_timeout_s=60)
     return result, seen, time.monotonic() - started, run_dir
 
 
@@ -147,7 +150,7 @@ def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(t
     node_ids = {node["node_id"] for node in ray_cluster.nodes() if node["alive"]}
     assert len(node_ids) == 2
     assert set(result.transitions_by_node) == node_ids  # spread: one actor per node
-    assert all(count > 5_000 for count in result.transitions_by_node.values())
+    assert all(count >= 1_000 for count in result.transitions_by_node.values())
     last = result.metrics[-1]
     assert sum(result.transitions_by_node.values()) >= last["step"]  # rollouts keep arriving after the last row
     assert {f"transitions_node_{node[:12]}" for node in node_ids} <= set(last)
@@ -185,7 +188,7 @@ def test_nothing_labcore_starts_listens_beyond_loopback(two_node_run):
 def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
     result, seen, _, run_dir = two_node_run
     assert result.actor_restarts == 1 and result.actors[0]["restarts"] == 1, result.actors
-    assert "back_after" in seen  # seen by on_log: 12.5 s after the kill, measured on a 2-core machine
+    assert "back_after" in seen, seen  # it delivered again (12.5 s after the kill when measured)
     assert result.actors[0]["pid"] != seen["killed"]  # a new process, which delivered rollouts afterwards
     assert result.actors[1]["restarts"] == 0
     assert result.transitions_lost > 0 and result.transitions_lost % (4 * 32) == 0  # whole rollouts
@@ -206,7 +209,7 @@ def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"actor 1 died and Ray will not restart it \(restarted 0 times, max_restarts=0\)"):
         actor_learner.run(config(total_steps=1_000_000), num_actors=2, log_every=50, address=cluster, max_restarts=0,
-                          on_log=kill_actor_1)
+                          on_log=kill_actor_1, timeout_s=60, stall_timeout_s=30)
     assert time.monotonic() - started < 60
 
 
@@ -215,6 +218,21 @@ def test_actors_that_cannot_be_placed_are_reported_not_waited_for(cluster):
     with pytest.raises(RuntimeError, match=r"no actor returned a rollout for 5 s .*each actor asks for 64 CPU"):
         actor_learner.run(config(), num_actors=1, address=cluster, cpus_per_actor=64, stall_timeout_s=5)
     assert time.monotonic() - started < 30
+
+
+def test_bad_settings_and_addresses_fail_before_any_actor_starts(cluster):
+    with pytest.raises(ValueError, match="num_actors must be >= 1, got 0"):
+        actor_learner.run(config(), num_actors=0, address=cluster)
+    with pytest.raises(ValueError, match="cpus_per_actor must be > 0"):
+        actor_learner.run(config(), cpus_per_actor=0, address=cluster)
+    with pytest.raises(ValueError, match="checkpoint_every needs a run_dir"):
+        actor_learner.run(config(), checkpoint_every=100, address=cluster)
+    with pytest.raises(ValueError, match=r"address: this process is connected to the Ray cluster at .*127.0.0.1:1"):
+        actor_learner.run(config(), address="127.0.0.1:1")  # another cluster than the one this process joined
+    command = [sys.executable, "-m", "labcore", "train", "dqn-actor-learner", "--address", "127.0.0.1:1"]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert "error: no Ray head node answers at 127.0.0.1:1" in finished.stderr and "Traceback" not in finished.stderr
 
 
 def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluster, tmp_path):
@@ -267,9 +285,10 @@ def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluste
     assert not left, f"processes left behind by the killed learner: {left}"
 
     result = actor_learner.run(config(total_steps=20_000), num_actors=2, log_every=250, address=cluster,
-                               run_dir=run_dir, checkpoint_every=500, resume=True)
+                               run_dir=run_dir, checkpoint_every=500, resume=True, timeout_s=90, stall_timeout_s=60)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["updates"] for row in rows] == list(range(250, 1900, 250))  # cut back to the checkpoint, then on
     assert result.metrics[0]["updates"] == saved + 250
     assert result.metrics[0]["step"] > 1000 + saved * 10  # the transitions counted before the kill carried over
     assert checkpoint.latest_step(run_dir / "checkpoints") == 1900
+    assert result.updates == 1900 and result.transitions >= 20_000

@@ -20,9 +20,10 @@
 Faults. An actor whose process dies is restarted by Ray (``max_restarts`` times per actor): the
 rollout it was running is lost and counted (``transitions_lost``, ``rollout_steps x
 envs_per_actor`` per death), the run goes on with the other actors, and the restarted actor gets
-work again once it answers. An actor that dies once more than ``max_restarts``, or no rollout for
-``stall_timeout_s``, stops the run with an error naming it; the actors die with the learner (Ray
-owns them). A learner killed mid-run leaves its newest
+work again once it answers. An actor that dies once more than ``max_restarts`` stops the run with an
+error naming it; no rollout for ``stall_timeout_s`` stops it with the cluster's resources (actors
+that cannot be placed); either way a run with checkpoints saves one first, and the actors die with
+the learner (Ray owns them). A learner killed mid-run leaves its newest
 checkpoint (``checkpoint_every`` updates: train state, replay buffer, key, counters) in
 ``run_dir``; ``resume=True`` continues from it with new actors. A resumed run continues the
 learner's state exactly, but not the run: which actor's rollout arrives first is decided by the
@@ -60,6 +61,8 @@ class ActorLearnerResult(NamedTuple):
     transitions_lost: int  # in rollouts that died with their actor
     actor_restarts: int  # actor processes Ray started again after one died
     actors: list[dict[str, Any]]  # per actor: rank, node_id, pid (the newest), restarts, transitions
+    updates: int  # learner updates made, in all (a resumed run's earlier ones included)
+    transitions: int  # transitions received, in all
 
 
 class RolloutActor:
@@ -131,7 +134,7 @@ class RolloutActor:
 def _node_id() -> str:
     import ray
 
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+    return ray.get_runtime_context().get_node_id()
 
 
 def _check_settings(**settings: float) -> None:
@@ -159,14 +162,15 @@ def run(
     tensorboard: bool = True,
     on_log: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     stall_timeout_s: float = 120.0,
-    timeout_s: float = 900.0,
+    timeout_s: float | None = None,
 ) -> ActorLearnerResult:
     """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring.
 
     address: None joins the Ray this process runs, or starts one here on 127.0.0.1 (stopped at the
     end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
     checkpoint_every count learner updates. on_log(row, actors) is called after each metrics row
-    with the actors' table (rank, node_id, pid, restarts, transitions).
+    with the actors' table (rank, node_id, pid, restarts, transitions). timeout_s: a limit on the
+    whole run (None: none); stall_timeout_s: the longest wait for any rollout.
     """
     _check_settings(num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_steps=rollout_steps,
                     broadcast_every=broadcast_every, log_every=log_every, checkpoint_every=checkpoint_every)
@@ -176,28 +180,41 @@ def run(
         raise ValueError(f"cpus_per_actor must be > 0, got {cpus_per_actor}")
     if checkpoint_every is not None and run_dir is None:
         raise ValueError("checkpoint_every needs a run_dir to write checkpoints to")
-    run = runs.RunDir.open(run_dir, config, step_key="updates", resume=resume, overwrite=overwrite, tensorboard=tensorboard)
+    for name, seconds in (("stall_timeout_s", stall_timeout_s), ("timeout_s", timeout_s)):
+        if seconds is not None and seconds <= 0:
+            raise ValueError(f"{name} must be > 0, got {seconds}")
     import ray
 
     started_ray = not ray.is_initialized()
-    # A one-node Ray started here gets a logical CPU per actor, so every actor is placed even on a
-    # machine with fewer cores (they then share them, as processes do).
-    ray_cluster.init(address, num_cpus=max(os.cpu_count() or 1, int(np.ceil(num_actors * cpus_per_actor)) + 1)
-                     if address is None else None)
     try:
-        return _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
-                      cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s)
+        # Ray first: an address that answers nothing must not leave a run folder behind. A one-node
+        # Ray started here gets a logical CPU per actor, so every actor is placed even on a machine
+        # with fewer cores (they then share them, as processes do).
+        ray_cluster.init(address, num_cpus=max(os.cpu_count() or 1, int(np.ceil(num_actors * cpus_per_actor)) + 1)
+                         if address is None else None)
+        run = runs.RunDir.open(run_dir, config, step_key="updates", resume=resume, overwrite=overwrite,
+                               tensorboard=tensorboard)
+        try:
+            return _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
+                          max_restarts, cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s,
+                          timeout_s)
+        finally:
+            run.logger.close()
     finally:
-        run.logger.close()
-        if started_ray:
+        if started_ray and ray.is_initialized():
             ray.shutdown()
 
 
 class _Counters(NamedTuple):
+    """What a checkpoint keeps besides arrays (JSON metadata)."""
+
     received: int
     updates: int
     lost: int
     seconds: float
+    credit: float  # updates owed for transitions received, not yet made
+    by_node: dict[str, int]
+    restarts: list[int]  # per actor rank
 
 
 def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
@@ -223,19 +240,21 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     add_batch = jax.jit(replay.add_batch, donate_argnums=0)
     sample = jax.jit(replay.sample, static_argnums=2)
     total_updates = max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
-    before = _Counters(0, 0, 0, 0.0)
+    before = _Counters(0, 0, 0, 0.0, 0.0, {}, [0] * num_actors)
     if run.resume_step is not None:
         state, buffer, key, before = _restore(run.checkpoints, run.resume_step, state, buffer)
-    received, updates, lost = before.received, before.updates, before.lost
-    credit = max(0.0, (received - config.learning_starts) / config.train_frequency - updates)
+    received, updates, lost, credit = before.received, before.updates, before.lost, before.credit
 
     remote = ray.remote(RolloutActor).options(
         num_cpus=cpus_per_actor, max_restarts=max_restarts, max_task_retries=0, scheduling_strategy="SPREAD",
         runtime_env={"env_vars": {"JAX_PLATFORMS": actor_platform}})
     fields = dataclasses.asdict(config)
     handles = [remote.remote(fields, rank, envs_per_actor, rollout_steps) for rank in range(num_actors)]
-    actors = [{"rank": rank, "node_id": None, "pid": None, "restarts": 0, "transitions": 0} for rank in range(num_actors)]
-    by_node: dict[str, int] = {}
+    earlier_restarts = before.restarts + [0] * max(0, num_actors - len(before.restarts))  # a resume may add actors
+    actors = [{"rank": rank, "node_id": None, "pid": None, "restarts": earlier_restarts[rank], "transitions": 0}
+              for rank in range(num_actors)]
+    # Every node alive now has a column from the first row on (a CSV's columns are fixed by its first row).
+    by_node = {node["node_id"]: 0 for node in ray_cluster.nodes() if node["alive"]} | dict(before.by_node)
     per_call = envs_per_actor * rollout_steps
     params_ref = ray.put(jax.device_get(state.params))
     version = updates
@@ -255,6 +274,12 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     for rank in range(num_actors):
         ask(rank)
     started = time.perf_counter()
+
+    def save() -> None:
+        _save(run.checkpoints, updates, state, buffer, key, config,
+              _Counters(received, updates, lost, before.seconds + time.perf_counter() - started, credit, dict(by_node),
+                        [actor["restarts"] for actor in actors]))
+
     last_arrival = started
     first_data = None  # rates are measured from the first rollout: start-up and compiles excluded
     staleness: list[int] = []
@@ -262,7 +287,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     try:
         while updates < total_updates:
             now = time.perf_counter()
-            if now - started > timeout_s:
+            if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"actor-learner run exceeded {timeout_s:.0f} s")
             if now - last_arrival > stall_timeout_s:
                 raise RuntimeError(f"no actor returned a rollout for {stall_timeout_s:.0f} s (Ray's cluster: "
@@ -278,8 +303,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                     except RayActorError:  # still restarting
                         restarting[handles[rank].ready.remote()] = rank
                         continue
-                    actors[rank]["restarts"] += 1
-                    ask(rank)
+                    ask(rank)  # restarts are counted when its first rollout arrives (a new pid)
                     continue
                 rank = in_flight.pop(ref)
                 try:
@@ -296,6 +320,8 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                 last_arrival = time.perf_counter()
                 first_data = first_data or last_arrival
                 entry = actors[rank]
+                if entry["pid"] is not None and entry["pid"] != out["pid"]:
+                    entry["restarts"] += 1  # a new process for this actor: Ray restarted it
                 entry.update(node_id=out["node_id"], pid=out["pid"])
                 batch = len(out["actions"])
                 entry["transitions"] += batch
@@ -304,9 +330,9 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                                                           out["terminated"]))
                 received += batch
                 returns.extend(out["finished"])
-                if received >= config.learning_starts:
+                if received > config.learning_starts:
                     staleness.append(updates - out["version"])
-                    credit += batch / config.train_frequency
+                    credit += min(batch, received - config.learning_starts) / config.train_frequency
                 while credit >= 1 and updates < total_updates:
                     key, sample_key = jax.random.split(key)
                     state, metrics = update(state, sample(buffer, sample_key, config.batch_size))
@@ -327,17 +353,20 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                         if on_log is not None:
                             on_log(row, [dict(a) for a in actors])
                     if checkpoint_every is not None and updates % checkpoint_every == 0:
-                        _save(run.checkpoints, updates, state, buffer, key, config,
-                              _Counters(received, updates, lost, before.seconds + time.perf_counter() - started))
+                        save()
                 if updates < total_updates and rank not in restarting.values():
                     ask(rank)
         wall = time.perf_counter() - started
         acting_seconds = max(time.perf_counter() - (first_data or started), 1e-9)
+    except (TimeoutError, RuntimeError):
+        if checkpoint_every is not None and updates > before.updates:
+            save()  # the work since the last checkpoint is kept
+        raise
     finally:
         for handle in handles:  # the actors stop now, not when Ray collects them
             ray.kill(handle, no_restart=True)
     if checkpoint_every is not None and updates % checkpoint_every:
-        _save(run.checkpoints, updates, state, buffer, key, config, _Counters(received, updates, lost, before.seconds + wall))
+        save()
     evaluate = jax.jit(dqn_scan.make_evaluate(config, env, env_params))
     eval_returns = np.asarray(evaluate(state.params, jax.random.key(config.seed + 1)))
     restarts = sum(a["restarts"] for a in actors)
@@ -357,6 +386,8 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
         transitions_lost=lost,
         actor_restarts=restarts,
         actors=actors,
+        updates=updates,
+        transitions=received,
     )
 
 
@@ -378,6 +409,6 @@ def _restore(directory, step: int, state, buffer):
 
     like = {"train_state": state, "replay": buffer, "key": jax.random.key_data(jax.random.key(0))}
     restored, metadata = checkpoint.restore(directory, like, step)
-    counters = _Counters(*(metadata[name] for name in _Counters._fields))
+    counters = _Counters(**{name: metadata[name] for name in _Counters._fields})
     return (restored["train_state"], restored["replay"], jax.random.wrap_key_data(jnp.asarray(restored["key"])),
             counters)
