@@ -102,30 +102,34 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def two_node_run(cluster, tmp_path_factory):
-    """One run with an actor on each node. At the first metrics row (every 500 updates) after both
+    """One run with an actor on each node. At the first metrics row (every 250 updates) after both
     actors delivered, what listens is recorded while they are alive, then actor 0's process is
     killed (SIGKILL)."""
     seen = {}
 
     def look_then_kill(row, actors):
-        if "listening" not in seen and all(actor["pid"] for actor in actors):  # both have delivered
+        # The learner is held a little at a row (0.5 s, at most 90 s in all) while actor 0 has not
+        # delivered yet, and again after the kill until its restarted process delivers: a start or
+        # a restart is a new process that imports JAX and compiles (6 to 15 s measured, more with a
+        # cold compilation cache), and this short run must not end first.
+        seen.setdefault("held", 0.0)
+        if "killed" not in seen and all(actor["pid"] for actor in actors):  # both have delivered
             seen["listening"] = listening_addresses(descendants(os.getpid()) | {os.getpid()})  # the learner too
             seen["actors"] = actors
             os.kill(actors[0]["pid"], signal.SIGKILL)
             seen["killed"] = actors[0]["pid"]
             seen["killed_at"] = time.monotonic()
-        elif "killed" in seen and "back_after" not in seen:
-            if actors[0]["pid"] != seen["killed"]:  # the restarted actor delivered
-                seen["back_after"] = time.monotonic() - seen["killed_at"]
-            elif time.monotonic() - seen["killed_at"] < 60:
-                # Hold the learner a little at each row until then: a restart is a new process that
-                # imports JAX and compiles (6 to 15 s measured), and this run must not end first.
-                time.sleep(0.5)
+            return
+        if "killed" in seen and "back_after" not in seen and actors[0]["pid"] != seen["killed"]:
+            seen["back_after"] = time.monotonic() - seen["killed_at"]  # the restarted actor delivered
+        if "back_after" not in seen and seen["held"] < 90:
+            time.sleep(0.5)
+            seen["held"] += 0.5
 
     run_dir = tmp_path_factory.mktemp("two-node")
     started = time.monotonic()
-    result = actor_learner.run(config(train_frequency=2), num_actors=2, log_every=500, address=cluster, run_dir=run_dir,
-                               on_log=look_then_kill, timeout_s=150, stall_timeout_s=60)
+    result = actor_learner.run(config(train_frequency=4), num_actors=2, log_every=250, address=cluster, run_dir=run_dir,
+                               on_log=look_then_kill, timeout_s=240, stall_timeout_s=60)
     return result, seen, time.monotonic() - started, run_dir
 
 
@@ -136,11 +140,11 @@ def test_learning_improves_on_a_two_node_cluster(two_node_run):
     # is on the curve's end, not on one evaluation of the final parameters.
     assert max(row["episode_return"] for row in result.metrics[-3:]) > 60, result.metrics
     assert result.metrics[0]["episode_return"] < 40
-    assert [row["updates"] for row in result.metrics][:3] == [500, 1000, 1500]
+    assert [row["updates"] for row in result.metrics][:3] == [250, 500, 750]
     assert np.isfinite(result.eval_returns).all() and len(result.eval_returns) == 20
     assert result.actor_steps_per_second > 0 and result.learner_updates_per_second > 0
     assert result.mean_staleness > 0  # actors always act with parameters some updates old
-    assert seconds < 120
+    assert seconds < 240
 
 
 def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(two_node_run):
@@ -150,7 +154,8 @@ def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(t
     node_ids = {node["node_id"] for node in ray_cluster.nodes() if node["alive"]}
     assert len(node_ids) == 2
     assert set(result.transitions_by_node) == node_ids  # spread: one actor per node
-    assert all(count >= 1_000 for count in result.transitions_by_node.values())
+    # At least one whole rollout each (the killed actor may come back on either node).
+    assert all(count >= 4 * 32 for count in result.transitions_by_node.values())
     last = result.metrics[-1]
     assert sum(result.transitions_by_node.values()) >= last["step"]  # rollouts keep arriving after the last row
     assert {f"transitions_node_{node[:12]}" for node in node_ids} <= set(last)
@@ -192,7 +197,7 @@ def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
     assert result.actors[0]["pid"] != seen["killed"]  # a new process, which delivered rollouts afterwards
     assert result.actors[1]["restarts"] == 0
     assert result.transitions_lost > 0 and result.transitions_lost % (4 * 32) == 0  # whole rollouts
-    assert result.metrics[-1]["updates"] == (40_000 - 1000) // 2
+    assert result.metrics[-1]["updates"] == (40_000 - 1000) // 4
     assert result.metrics[-1]["transitions_lost"] == result.transitions_lost
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["actor_restarts"] == 1 and summary["transitions_lost"] == result.transitions_lost
@@ -241,7 +246,7 @@ def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluste
     from labcore import checkpoint
 
     run_dir = tmp_path / "run"
-    flags = ["--env", "CartPole-v1", "--total-steps", "20000", "--learning-starts", "1000", "--buffer-size", "10000",
+    flags = ["--env", "CartPole-v1", "--total-steps", "12000", "--learning-starts", "1000", "--buffer-size", "10000",
              "--exploration-fraction", "0.3", "--log-every", "250", "--checkpoint-every", "500"]
     command = [sys.executable, "-m", "labcore", "train", "dqn-actor-learner", *flags, "--run-dir", str(run_dir)]
     learner = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -260,7 +265,7 @@ def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluste
         if learner.poll() is None:
             learner.kill()
     saved = checkpoint.latest_step(run_dir / "checkpoints")
-    assert saved is not None and saved < 1900  # killed mid-run
+    assert saved is not None and saved < 1100  # killed mid-run
 
     def running(pid: int) -> str | None:
         try:
@@ -284,11 +289,11 @@ def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluste
             os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left behind by the killed learner: {left}"
 
-    result = actor_learner.run(config(total_steps=20_000), num_actors=2, log_every=250, address=cluster,
+    result = actor_learner.run(config(total_steps=12_000), num_actors=2, log_every=250, address=cluster,
                                run_dir=run_dir, checkpoint_every=500, resume=True, timeout_s=90, stall_timeout_s=60)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [row["updates"] for row in rows] == list(range(250, 1900, 250))  # cut back to the checkpoint, then on
+    assert [row["updates"] for row in rows] == list(range(250, 1100, 250))  # cut back to the checkpoint, then on
     assert result.metrics[0]["updates"] == saved + 250
     assert result.metrics[0]["step"] > 1000 + saved * 10  # the transitions counted before the kill carried over
-    assert checkpoint.latest_step(run_dir / "checkpoints") == 1900
-    assert result.updates == 1900 and result.transitions >= 20_000
+    assert checkpoint.latest_step(run_dir / "checkpoints") == 1100
+    assert result.updates == 1100 and result.transitions >= 12_000
