@@ -1,4 +1,4 @@
-"""Shared test set-up: paths and a quick-mode guard."""
+"""Shared test set-up: paths, a quick-mode guard, and the processes below a process."""
 
 from __future__ import annotations
 
@@ -43,3 +43,21 @@ if os.environ.get("LABCORE_EXPECT_INSTALLED") == "1":
 @pytest.fixture
 def repo_root() -> pathlib.Path:
     return REPO_ROOT
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), children first."""
+    parents = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found

@@ -2,6 +2,7 @@
 store and worker processes), started by these tests; learning, node ids, killed actors, a killed
 learner and its resume, and nothing listening beyond 127.0.0.1. Each test is bounded in time."""
 
+import ipaddress
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import descendants
 
 from labcore import ray_cluster
 from labcore.agents.dqn import actor_learner
@@ -27,23 +29,6 @@ def config(**overrides) -> dqn.DQNConfig:
     return dqn.DQNConfig(**settings)
 
 
-def descendants(root: int) -> set[int]:
-    """Every process below ``root`` (children, their children, ...), from /proc."""
-    parent_of = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent_of[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parent_of.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def listening_addresses(pids: set[int]) -> list[tuple[int, str, int]]:
     """(pid, address, port) of every TCP socket the processes ``pids`` listen on (/proc/net/tcp, tcp6)."""
     listening = {}  # socket inode -> (address, port)
@@ -57,12 +42,8 @@ def listening_addresses(pids: set[int]) -> list[tuple[int, str, int]]:
             if width == 4:
                 address = ".".join(str(b) for b in raw[::-1])
             else:  # four little-endian 32-bit words
-                words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-                import ipaddress
-
-                address = str(ipaddress.IPv6Address(words))
-                mapped = ipaddress.IPv6Address(words).ipv4_mapped
-                address = f"::ffff:{mapped}" if mapped else address
+                ipv6 = ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+                address = f"::ffff:{ipv6.ipv4_mapped}" if ipv6.ipv4_mapped else str(ipv6)
             listening[fields[9]] = (address, int(hex_port, 16))
     found = []
     for pid in pids:
@@ -114,7 +95,7 @@ def two_node_run(cluster, tmp_path_factory):
         # cold compilation cache), and this short run must not end first.
         seen.setdefault("held", 0.0)
         if "killed" not in seen and all(actor["pid"] for actor in actors):  # both have delivered
-            seen["listening"] = listening_addresses(descendants(os.getpid()) | {os.getpid()})  # the learner too
+            seen["listening"] = listening_addresses(set(descendants(os.getpid())) | {os.getpid()})  # the learner too
             seen["actors"] = actors
             os.kill(actors[0]["pid"], signal.SIGKILL)
             seen["killed"] = actors[0]["pid"]
@@ -256,7 +237,7 @@ def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluste
             assert learner.poll() is None, learner.stderr.read()
             assert time.monotonic() < deadline, "no checkpoint within 120 s"
             time.sleep(0.2)
-        its_processes = descendants(learner.pid)
+        its_processes = set(descendants(learner.pid))
         outside = [entry for entry in listening_addresses(its_processes | {learner.pid}) if entry[1] not in LOOPBACK]
         assert not outside, f"the command's own Ray listens beyond loopback: {outside}"
         learner.kill()

@@ -23,6 +23,7 @@ import pytest
 
 from labcore import runs
 from labcore.logging import MetricsLogger, read_metrics
+from conftest import descendants
 from test_tensorboard import assert_mirrors_jsonl
 
 
@@ -210,24 +211,6 @@ def newest_checkpoint(run_path: Path) -> int | None:
     folder = run_path / "checkpoints"
     steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
     return max(steps, default=None)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux /proc), children first."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
 
 
 def kill_after_a_checkpoint(command: list[str], run_path: Path, step_key: str, last_step: int, log: Path,
