@@ -7,6 +7,7 @@ server bound to 127.0.0.1 when labcore starts it, and Ray's logs kept out of not
     with ray_cluster.connect("10.0.0.5:6379"):          # a cluster's head node, from any machine in it
     with ray_cluster.local_cluster(num_nodes=2) as address:   # two Ray nodes on loopback, each its own raylet
         with ray_cluster.connect(address):
+            ray_cluster.wait_for_nodes(2)               # until the driver sees both alive
             ray_cluster.nodes()                         # one row per node: id, address, CPUs, alive
 
 A Ray cluster runs whatever code its clients send it, so where labcore starts Ray it binds every
@@ -29,6 +30,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,3 +203,18 @@ def nodes() -> list[dict[str, Any]]:
                      "cpus": node.get("Resources", {}).get("CPU", 0.0), "alive": bool(node["Alive"]),
                      "head": "node:__internal_head__" in node.get("Resources", {})})
     return rows
+
+
+def wait_for_nodes(count: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """``nodes()`` once at least ``count`` are alive (a node that has just started may not be
+    listed yet to a process that has just joined); TimeoutError naming the count seen otherwise."""
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = nodes()
+        alive = sum(row["alive"] for row in rows)
+        if alive >= count:
+            return rows
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{alive} of {count} Ray nodes alive after {timeout_s:.0f} s")
+        time.sleep(0.2)

@@ -73,6 +73,7 @@ def cluster():
             else:
                 os.environ["JAX_PLATFORMS"] = before
             with ray_cluster.connect(address):
+                ray_cluster.wait_for_nodes(2)  # both listed alive before any run places its actors
                 yield address
     finally:
         if before is None:
