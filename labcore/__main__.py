@@ -9,6 +9,8 @@
     python -m labcore train ppo --env Vault-v0 --num-envs 64 --total-steps 2000000 --run-dir runs/vault
     python -m labcore train ppo --preset cartpole --run-dir runs/ppo-cartpole
     python -m labcore eval ppo --checkpoint runs/vault [--episodes 100]
+    python -m labcore train pqn --preset minatar --env Breakout-MinAtar --total-steps 2000000 --run-dir runs/pqn
+    python -m labcore eval pqn --checkpoint runs/pqn [--episodes 100]
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
     python -m labcore train gflownet --trainer hybrid --loss tb --ndim 4 --height 8 --iterations 2000
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
@@ -16,9 +18,9 @@
     python -m labcore train iqn --mode jax_fused --epochs 200 --run-dir runs/iqn [--num-worlds 8 ...]
     python -m labcore eval iqn --checkpoint runs/iqn --epochs 10
 
-Every field of DQNConfig, PPOConfig and GFlowNetConfig, and every flat field of IQNRunConfig (its own,
-its world's and its agents'), is a flag of ``train dqn``,
-``train ppo``, ``train gflownet`` and ``train iqn`` (``--help`` lists them with their defaults).
+Every field of DQNConfig, PPOConfig, PQNConfig and GFlowNetConfig, and every flat field of IQNRunConfig
+(its own, its world's and its agents'), is a flag of ``train dqn``, ``train ppo``, ``train pqn``,
+``train gflownet`` and ``train iqn`` (``--help`` lists them with their defaults).
 Every ``train`` command with ``--run-dir`` also writes its metrics as TensorBoard event files there
 (``--no-tensorboard``: not); ``tensorboard --logdir runs`` then shows every run folder below runs/.
 """
@@ -81,6 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
     train_ppo.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_tensorboard_flag(train_ppo)
 
+    train_pqn = train.add_parser("pqn", help="PQN (no replay, no target network) on a gymnax env (all on device)")
+    train_pqn.add_argument("--preset", choices=("default", "cartpole", "minatar"), default="default",
+                           help="starting configuration: CartPole (the default), or the PQN paper's MinAtar settings")
+    _add_config_flags(train_pqn, "PQNConfig")
+    train_pqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
+    train_pqn.add_argument("--log-every", type=_positive_int, default=10, help="updates between metric rows")
+    train_pqn.add_argument("--checkpoint-every", type=_positive_int, default=None,
+                           help="updates between checkpoints (default: one at the end)")
+    train_pqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    train_pqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    train_pqn.add_argument("--no-eval", action="store_true", help="no evaluation episodes at the end")
+    train_pqn.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_tensorboard_flag(train_pqn)
+
     train_al = train.add_parser("dqn-actor-learner",
                                 help="DQN with Ray actors feeding one learner: this machine, or a Ray cluster (--address)")
     _add_config_flags(train_al)
@@ -141,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     eval_ppo.add_argument("--step", type=int, default=None, help="checkpoint step in updates (default: the newest)")
     eval_ppo.add_argument("--episodes", type=_positive_int, default=100)
     eval_ppo.add_argument("--seed", type=int, default=10_000)
+    eval_pqn = evaluate.add_parser("pqn", help="episodes of a PQN checkpoint (greedy by default), beside random play")
+    eval_pqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
+    eval_pqn.add_argument("--step", type=int, default=None, help="checkpoint step in updates (default: the newest)")
+    eval_pqn.add_argument("--episodes", type=_positive_int, default=100)
+    eval_pqn.add_argument("--epsilon", type=float, default=0.0)
+    eval_pqn.add_argument("--seed", type=int, default=10_000)
     eval_iqn = evaluate.add_parser("iqn", help="greedy play (epsilon 0) of an IQN checkpoint, beside random play")
     eval_iqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
     eval_iqn.add_argument("--step", type=int, default=None, help="checkpoint step in epochs (default: the newest)")
@@ -198,8 +220,9 @@ def _config_class(name: str):
     from labcore.agents.dqn.core import DQNConfig
     from labcore.agents.gflownet.core import GFlowNetConfig
     from labcore.agents.ppo.core import PPOConfig
+    from labcore.agents.pqn.core import PQNConfig
 
-    return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig, "GFlowNetConfig": GFlowNetConfig}[name]
+    return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig, "PQNConfig": PQNConfig, "GFlowNetConfig": GFlowNetConfig}[name]
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNConfig",
@@ -377,6 +400,29 @@ def _eval_ppo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_pqn(args: argparse.Namespace) -> int:
+    from labcore.agents.pqn import run as pqn_run
+
+    config = _config_from(args, "PQNConfig")
+    print(config)
+    result = pqn_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
+                           checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
+                           overwrite=args.overwrite, tensorboard=args.tensorboard, evaluate=not args.no_eval)
+    print(json.dumps(result.summary))
+    return 0
+
+
+def _eval_pqn(args: argparse.Namespace) -> int:
+    from labcore.agents.pqn import core as pqn
+    from labcore.agents.pqn import run as pqn_run
+
+    config, runner = pqn_run.load_checkpoint(args.checkpoint, args.step)
+    config = dataclasses.replace(config, eval_episodes=args.episodes, eval_epsilon=args.epsilon)
+    summary = pqn_run.evaluate_returns(pqn.make_pqn(config), runner.params, seed=args.seed)
+    print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), **summary}))
+    return 0
+
+
 def _eval_dqn(args: argparse.Namespace) -> int:
     from labcore.agents.dqn import host_loop as dqn_loop
 
@@ -407,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
         commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_ppo,
-                    ("eval", "ppo"): _eval_ppo, ("train", "gflownet"): _train_gflownet, ("train", "iqn"): _train_iqn,
+                    ("eval", "ppo"): _eval_ppo, ("train", "pqn"): _train_pqn, ("eval", "pqn"): _eval_pqn,
+                    ("train", "gflownet"): _train_gflownet, ("train", "iqn"): _train_iqn,
                     ("eval", "iqn"): _eval_iqn, ("train", "dqn-actor-learner"): _train_dqn_actor_learner}
         try:
             return commands[args.command, args.agent](args)

@@ -2,8 +2,8 @@
 
 In the style of rlax: each function states its shapes. The TD functions work on ONE
 transition (batch them with ``jax.vmap``); the masked-policy functions work on one
-row of logits and broadcast over leading axes; ``gae_advantages`` scans a whole
-[T, ...] rollout. Discounts carry episode ends: pass ``discount = gamma * (1 -
+row of logits and broadcast over leading axes; ``gae_advantages`` and ``q_lambda_targets``
+scan a whole [T, ...] rollout. Discounts carry episode ends: pass ``discount = gamma * (1 -
 terminated)``, so a terminal transition does not bootstrap while a time-limit
 truncation still does.
 """
@@ -115,3 +115,43 @@ def ppo_value_loss(values: jax.Array, old_values: jax.Array, returns: jax.Array,
     """Clipped value loss: 0.5 * mean(max((v - R)^2, (v_old + clip(v - v_old, -+eps) - R)^2))."""
     clipped = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
     return 0.5 * jnp.mean(jnp.maximum((values - returns) ** 2, (clipped - returns) ** 2))
+
+
+def q_lambda_targets(
+    rewards: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    next_max_q: jax.Array,
+    gamma: float,
+    q_lambda: float,
+) -> jax.Array:
+    """Peng's Q(lambda) targets over a rollout, time-major (PQN's targets).
+
+    rewards, terminated, truncated: [T, ...] (step t ended its episode by a terminal state, or by a
+    time limit); next_max_q: [T, ...] ``max_a Q(s'_t, a)`` of the true next observation of step t
+    (the episode's last observation when step t ended it). Returns targets [T, ...]:
+
+        G_t = r_t + gamma * (1 - terminated_t) * ((1 - lambda c_t) next_max_q_t + lambda c_t G_{t+1})
+
+    where c_t = 1 unless step t ended its episode, and c_{T-1} = 0 (the rollout ends). lambda = 0 is
+    the one-step Q-learning target; lambda = 1 sums rewards up to the episode or rollout end and
+    bootstraps there. A truncated episode bootstraps from its last observation; a terminated one
+    does not.
+    """
+    if not (rewards.shape == terminated.shape == truncated.shape == next_max_q.shape) or rewards.ndim < 1:
+        raise ValueError(
+            "q_lambda_targets needs rewards, terminated, truncated and next_max_q of one shape [T, ...], got "
+            f"{rewards.shape}, {terminated.shape}, {truncated.shape}, {next_max_q.shape}"
+        )
+
+    def backwards(next_return, step):
+        reward, ended_terminal, ended_by_limit, bootstrap = step
+        not_terminal = 1.0 - ended_terminal.astype(jnp.float32)
+        carry_on = q_lambda * (1.0 - (ended_terminal | ended_by_limit).astype(jnp.float32))
+        target = reward + gamma * not_terminal * ((1.0 - carry_on) * bootstrap + carry_on * next_return)
+        return target, target
+
+    # Past the last step there is no G_{t+1}: starting the recursion from next_max_q[-1] makes the
+    # last target r + gamma * max Q(s'), whatever lambda is.
+    _, targets = jax.lax.scan(backwards, next_max_q[-1], (rewards, terminated, truncated, next_max_q), reverse=True)
+    return targets

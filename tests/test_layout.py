@@ -72,7 +72,7 @@ LOWER_THAN_AGENTS = (
     "labcore.distributed", "labcore.primitives", "labcore.introspection", "labcore.benchmarking", "labcore.doctor",
     "labcore.compile_cache", "labcore.profiling", "labcore.memory_profile",
 )
-ALGORITHMS = ("dqn", "ppo", "iqn", "gflownet")
+ALGORITHMS = ("dqn", "ppo", "pqn", "iqn", "gflownet")
 TOP = ("labcore.__main__", "labcore.exercises")
 
 
@@ -200,6 +200,7 @@ SYNONYMS = {
 CONFIGS = (
     ("labcore.agents.dqn.core", "DQNConfig"),
     ("labcore.agents.ppo.core", "PPOConfig"),
+    ("labcore.agents.pqn.core", "PQNConfig"),
     ("labcore.agents.iqn.core", "IQNConfig"),
     ("labcore.agents.gflownet.core", "GFlowNetConfig"),
 )

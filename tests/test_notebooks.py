@@ -247,6 +247,7 @@ TRAINING_CORES = {
     "04": {"labcore.agents.iqn.core.train_step"},
     "05": {"labcore.agents.ppo.core.make_ppo"},
     "07": {"labcore.agents.gflownet.core.trajectory_balance"},
+    "09": {"labcore.agents.pqn.core.make_pqn", "labcore.losses.q_lambda_targets"},
 }
 
 

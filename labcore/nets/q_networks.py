@@ -48,28 +48,70 @@ class NatureCNN(hk.Module):
 class MLPQNetwork(hk.Module):
     """A fully connected Q-network for vector observations (CartPole and friends).
 
-    obs: [B, D] float -> [B, num_actions] float32.
+    obs: [B, D] float (or [B, ...], flattened) -> [B, num_actions] float32. layer_norm: a LayerNorm
+    after each hidden layer, before its ReLU (PQN's network: it keeps the TD updates stable
+    without a target network).
     """
 
-    def __init__(self, num_actions: int, hidden_sizes: Sequence[int] = (120, 84), name: str | None = None):
+    def __init__(
+        self, num_actions: int, hidden_sizes: Sequence[int] = (120, 84), layer_norm: bool = False, name: str | None = None
+    ):
         super().__init__(name=name)
         self.num_actions = num_actions
         self.hidden_sizes = tuple(hidden_sizes)
+        self.layer_norm = layer_norm
 
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = obs.astype(jnp.float32)
+        if x.ndim > 2:
+            x = x.reshape(x.shape[0], -1)
         for size in self.hidden_sizes:
-            x = jax.nn.relu(hk.Linear(size)(x))
+            x = jax.nn.relu(_maybe_normalise(hk.Linear(size)(x), self.layer_norm))
         return hk.Linear(self.num_actions)(x)
 
 
-NETWORKS = ("nature_cnn", "mlp")
+class MinAtarCNN(hk.Module):
+    """The MinAtar paper's network (Young & Tian, 2019): conv 16 3x3 stride 1 -> dense 128 -> Q.
+
+    obs: [B, 10, 10, C] MinAtar grids (one 0/1 channel per kind of object, channels last as
+    gymnax returns them) -> [B, num_actions] float32. hidden_sizes: the dense layers after the
+    convolution. layer_norm: a LayerNorm after the convolution (over its channels) and after each
+    dense layer, before the ReLU.
+    """
+
+    def __init__(
+        self, num_actions: int, hidden_sizes: Sequence[int] = (128,), layer_norm: bool = False, name: str | None = None
+    ):
+        super().__init__(name=name or "minatar_cnn")
+        self.num_actions = num_actions
+        self.hidden_sizes = tuple(hidden_sizes)
+        self.layer_norm = layer_norm
+
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = obs.astype(jnp.float32)
+        x = jax.nn.relu(_maybe_normalise(hk.Conv2D(16, kernel_shape=3, stride=1, padding="VALID")(x), self.layer_norm))
+        x = hk.Flatten()(x)
+        for size in self.hidden_sizes:
+            x = jax.nn.relu(_maybe_normalise(hk.Linear(size)(x), self.layer_norm))
+        return hk.Linear(self.num_actions)(x)
 
 
-def make_q_network(kind: str, num_actions: int, hidden_sizes: Sequence[int] = (120, 84)) -> hk.Transformed:
+def _maybe_normalise(x: jax.Array, layer_norm: bool) -> jax.Array:
+    """LayerNorm over the last axis (with a learned scale and offset), or x unchanged."""
+    return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(x) if layer_norm else x
+
+
+NETWORKS = ("nature_cnn", "mlp", "minatar_cnn")
+
+
+def make_q_network(
+    kind: str, num_actions: int, hidden_sizes: Sequence[int] = (120, 84), layer_norm: bool = False
+) -> hk.Transformed:
     """``hk.transform`` of a Q-network: ``init(key, obs)`` and ``apply(params, None, obs)``.
 
-    kind: 'nature_cnn' (Atari frames) or 'mlp' (vector observations).
+    kind: 'nature_cnn' (Atari frames), 'mlp' (vector observations) or 'minatar_cnn' (MinAtar's
+    10x10 grids). hidden_sizes: the dense layers of 'mlp' and 'minatar_cnn'. layer_norm: a
+    LayerNorm before each hidden ReLU ('mlp' and 'minatar_cnn').
     """
     if kind not in NETWORKS:
         raise ValueError(f"network kind must be one of {NETWORKS}, got {kind!r}")
@@ -78,7 +120,25 @@ def make_q_network(kind: str, num_actions: int, hidden_sizes: Sequence[int] = (1
 
     def forward(obs: jax.Array) -> jax.Array:
         if kind == "nature_cnn":
+            if layer_norm:
+                raise ValueError("layer_norm is available for the 'mlp' and 'minatar_cnn' networks")
             return NatureCNN(num_actions)(obs)
-        return MLPQNetwork(num_actions, hidden_sizes)(obs)
+        if kind == "minatar_cnn":
+            return MinAtarCNN(num_actions, hidden_sizes, layer_norm)(obs)
+        return MLPQNetwork(num_actions, hidden_sizes, layer_norm)(obs)
 
     return hk.transform(forward)
+
+
+def epsilon_greedy(q_values: jax.Array, epsilon: jax.Array | float, key: jax.Array) -> jax.Array:
+    """A uniformly random action with probability epsilon, else argmax Q.
+
+    q_values: [B, A] -> actions [B] int32. Each row draws its own coin and random action.
+    """
+    batch, num_actions = q_values.shape
+    # One draw serves both coins: row 0 decides whether to explore, row 1 picks the random
+    # action. (A split plus uniform plus randint costs several times more on a CPU, and
+    # acting runs once per environment step.)
+    coin, pick = jax.random.uniform(key, (2, batch))
+    random_actions = jnp.minimum((pick * num_actions).astype(jnp.int32), num_actions - 1)
+    return jnp.where(coin < epsilon, random_actions, jnp.argmax(q_values, axis=-1)).astype(jnp.int32)

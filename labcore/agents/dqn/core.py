@@ -8,7 +8,7 @@ over gymnax environments:
     network = make_q_network(config.network, num_actions, config.hidden_sizes)
     optimizer = make_optimizer(config)
     state = init_train_state(config, network, optimizer, example_obs, key)
-    actions = select_action(network, state.params, obs_batch, epsilon, key)
+    actions = select_action(network, state.params, obs_batch, epsilon, key)   # epsilon_greedy(q_values, ...)
     state, metrics = update(state, batch)           # update = make_update(config, network, optimizer)
 """
 
@@ -27,7 +27,7 @@ import optax
 from flax import struct
 
 from labcore import devices, losses, validation
-from labcore.nets.q_networks import NETWORKS
+from labcore.nets.q_networks import NETWORKS, epsilon_greedy
 
 OPTIMIZERS = ("adam", "rmsprop_centered")
 REPLAY_STORAGES = ("transitions", "frames")
@@ -44,8 +44,8 @@ class DQNConfig:
     """
 
     env_id: str = "CartPole-v1"
-    network: str = "mlp"  # 'mlp' for vector observations, 'nature_cnn' for Atari frames
-    hidden_sizes: tuple[int, ...] = (120, 84)  # mlp only
+    network: str = "mlp"  # 'mlp' for vector observations, 'nature_cnn' for Atari frames, 'minatar_cnn' for MinAtar grids
+    hidden_sizes: tuple[int, ...] = (120, 84)  # the dense layers of 'mlp' and 'minatar_cnn'
     total_steps: int = 200_000
     buffer_size: int = 10_000
     batch_size: int = 128
@@ -173,6 +173,37 @@ class DQNConfig:
         return cls.nature_atari(env_id, **settings)
 
 
+    @classmethod
+    def minatar(cls, env_id: str = "Breakout-MinAtar", total_steps: int = 5_000_000, **overrides: Any) -> DQNConfig:
+        """The MinAtar paper's DQN (Young & Tian, 2019; its ``examples/dqn.py``) for a gymnax MinAtar id.
+
+        Conv 16 3x3 -> dense 128; one update of 32 transitions per agent step; a 100k replay
+        filled for 5k steps first; target copied every 1,000 updates; epsilon 1 -> 0.1 over the
+        first 100k steps; Huber loss, centred RMSProp at lr 2.5e-4, gamma 0.99; 5M steps. Evaluation
+        is greedy.
+        """
+        settings = dict(
+            env_id=env_id,
+            network="minatar_cnn",
+            hidden_sizes=(128,),
+            total_steps=total_steps,
+            buffer_size=100_000,
+            batch_size=32,
+            learning_rate=2.5e-4,
+            optimizer="rmsprop_centered",
+            learning_starts=5_000,
+            train_frequency=1,
+            target_update_frequency=1_000,
+            epsilon_start=1.0,
+            epsilon_end=0.1,
+            exploration_fraction=min(1.0, 100_000 / total_steps),
+            td_loss="huber",
+            eval_epsilon=0.0,  # greedy, as PQN's evaluation
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+
 class Transition(NamedTuple):
     """One step of experience. Shapes for a single transition (a batch adds a leading [B])."""
 
@@ -236,18 +267,8 @@ def init_train_state(
 def select_action(
     network: hk.Transformed, params: hk.Params, obs: jax.Array, epsilon: jax.Array | float, key: jax.Array
 ) -> jax.Array:
-    """Epsilon-greedy: a uniformly random action with probability epsilon, else argmax Q.
-
-    obs: [B, *obs_shape] -> actions [B] int32. Each row draws its own coin and random action.
-    """
-    q_values = network.apply(params, None, obs)
-    batch, num_actions = q_values.shape
-    # One draw serves both coins: row 0 decides whether to explore, row 1 picks the random
-    # action. (A split plus uniform plus randint costs several times more on a CPU, and
-    # acting runs once per environment step.)
-    coin, pick = jax.random.uniform(key, (2, batch))
-    random_actions = jnp.minimum((pick * num_actions).astype(jnp.int32), num_actions - 1)
-    return jnp.where(coin < epsilon, random_actions, jnp.argmax(q_values, axis=-1)).astype(jnp.int32)
+    """Epsilon-greedy on the network's Q-values. obs: [B, *obs_shape] -> actions [B] int32."""
+    return epsilon_greedy(network.apply(params, None, obs), epsilon, key)
 
 
 def make_loss(config: DQNConfig, network: hk.Transformed) -> Callable[..., tuple[jax.Array, dict]]:

@@ -1,0 +1,7 @@
+"""pqn: Parallel Q-Networks (Gallici et al., ICLR 2025), DQN without a replay buffer or a target network.
+
+* ``core``: ``PQNConfig`` (with the paper's MinAtar settings), the LayerNorm Q-network's training as
+  one jitted ``train(key)`` over vectorised gymnax envs (epsilon-greedy rollouts, Q(lambda) targets,
+  minibatch epochs), vmappable over seeds;
+* ``run``: the driver: results folder, progress bar, checkpoints, exact resume, evaluation.
+"""

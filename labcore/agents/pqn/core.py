@@ -1,0 +1,379 @@
+"""PQN (Gallici et al., ICLR 2025): Q-learning without a replay buffer or a target network.
+
+DQN needs its replay buffer to decorrelate consecutive transitions and its target network to
+stop the bootstrapped target chasing the parameters it trains. PQN replaces both with things a
+vectorised JAX loop has anyway: many envs stepped side by side (a batch of one step of 128 envs
+is already far less correlated than 128 consecutive steps of one env), and a LayerNorm in the
+Q-network, which keeps the TD update stable with the online network bootstrapping itself. With
+no buffer to fill, every transition is used right away, in a few epochs of minibatches, like PPO:
+
+    config = PQNConfig.cartpole()                        # or PQNConfig.minatar("Breakout-MinAtar")
+    train = make_train(config)                           # checks everything before tracing
+    runner, metrics = jax.jit(train)(jax.random.key(0))
+    runners, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 3))   # 3 seeds at once
+
+Each update: roll out ``num_steps`` steps of ``num_envs`` envs, epsilon-greedy on the current
+Q-network; compute the Q(lambda) targets of the rollout once, with the same network
+(``labcore.losses.q_lambda_targets``); then ``update_epochs`` passes of ``num_minibatches``
+minibatch steps of the squared TD error against those fixed targets. Metrics are one number per
+update, and ``callback`` sees them every ``log_every`` updates while the compiled program runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from labcore import envs, evaluation, losses, validation
+from labcore.nets.q_networks import NETWORKS, epsilon_greedy, make_q_network
+
+OPTIMIZERS = ("adam", "radam")
+
+
+@dataclasses.dataclass(frozen=True)
+class PQNConfig:
+    """Every PQN setting, validated on construction. Step counts are env steps (one transition).
+
+    Defaults: CartPole-v1 at the size purejaxql uses for its gymnax games (32 envs x 64 steps,
+    2 x 128 units with LayerNorm, lambda 0.95); ``PQNConfig.minatar(env_id)`` gives the paper's
+    MinAtar settings.
+    """
+
+    env_id: str = "CartPole-v1"
+    network: str = "mlp"  # 'mlp' for vector observations, 'minatar_cnn' for MinAtar grids
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    layer_norm: bool = True  # what lets PQN drop the target network; False is there to see why
+    num_envs: int = 32
+    num_steps: int = 64  # rollout length per env per update
+    total_steps: int = 500_000
+    learning_rate: float = 1e-4
+    anneal_lr: bool = False  # linear decay to 0 over training
+    optimizer: str = "radam"  # 'adam' or 'radam' (purejaxql's choice)
+    max_grad_norm: float = 10.0
+    gamma: float = 0.99
+    q_lambda: float = 0.95  # 0: one-step Q-learning targets; 1: returns to the rollout's end
+    num_minibatches: int = 16
+    update_epochs: int = 4
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    exploration_fraction: float = 0.2  # fraction of total_steps over which epsilon decays
+    reward_scale: float = 1.0  # rewards are multiplied by this for learning (reported returns are not)
+    bootstrap_truncation: bool = True  # a time-limit end bootstraps from the episode's last observation
+    eval_episodes: int = 32
+    eval_epsilon: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require = validation.requirer(self)
+        require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
+        validation.require_choice(self, "network", tuple(kind for kind in NETWORKS if kind != "nature_cnn"))
+        require(
+            isinstance(self.hidden_sizes, tuple) and len(self.hidden_sizes) > 0
+            and all(validation.is_int(h) and h >= 1 for h in self.hidden_sizes),
+            "hidden_sizes",
+            "a non-empty tuple of positive layer widths",
+        )  # fmt: skip
+        validation.require_ints(self, "num_envs", "num_steps", "total_steps", "num_minibatches", "update_epochs", "eval_episodes")
+        require(
+            (self.num_envs * self.num_steps) % self.num_minibatches == 0,
+            "num_minibatches",
+            f"a divisor of num_envs * num_steps ({self.num_envs} * {self.num_steps} = {self.num_envs * self.num_steps})",
+        )
+        require(
+            self.total_steps >= self.num_envs * self.num_steps,
+            "total_steps",
+            f">= num_envs * num_steps ({self.num_envs * self.num_steps}), one update's worth",
+        )
+        validation.require_positive(self, "learning_rate", "max_grad_norm", "reward_scale")
+        validation.require_choice(self, "optimizer", OPTIMIZERS)
+        validation.require_unit_interval(self, "gamma", "q_lambda", "epsilon_start", "epsilon_end", "eval_epsilon")
+        require(0.0 < self.exploration_fraction <= 1.0, "exploration_fraction", "in (0, 1]")
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per update: num_envs * num_steps."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_steps // self.batch_size
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @classmethod
+    def cartpole(cls, **overrides: Any) -> PQNConfig:
+        """CartPole-v1: the defaults (purejaxql's gymnax settings), 500k env steps."""
+        return cls(**overrides)
+
+    @classmethod
+    def minatar(cls, env_id: str = "Breakout-MinAtar", **overrides: Any) -> PQNConfig:
+        """The PQN paper's MinAtar settings: 128 envs x 32 steps, 2 epochs of 32 minibatches,
+        lambda 0.65, epsilon 1 -> 0.05 over the first 10% of training, lr 5e-4 decayed linearly,
+        the MinAtar paper's network (conv 16 3x3, dense 128) with LayerNorm, 10M env steps."""
+        settings = dict(
+            env_id=env_id,
+            network="minatar_cnn",
+            hidden_sizes=(128,),
+            num_envs=128,
+            num_steps=32,
+            total_steps=10_000_000,
+            learning_rate=5e-4,
+            anneal_lr=True,
+            q_lambda=0.65,
+            num_minibatches=32,
+            update_epochs=2,
+            exploration_fraction=0.1,
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+
+class Transition(NamedTuple):
+    """One step of every env: leaves [num_envs, ...] (a rollout stacks them to [num_steps, num_envs, ...])."""
+
+    obs: jax.Array  # [E, *obs_shape]
+    action: jax.Array  # [E] int32
+    reward: jax.Array  # [E] float32, scaled by reward_scale
+    terminated: jax.Array  # [E] bool: a terminal state (no bootstrap)
+    truncated: jax.Array  # [E] bool: a time limit (bootstraps from final_obs)
+    max_q: jax.Array  # [E] max_a Q(obs, a) under the acting parameters
+    final_obs: jax.Array  # [E, *obs_shape] the true next observation (the episode's last one at an end)
+    episode_done: jax.Array  # [E] bool
+    episode_return: jax.Array  # [E] the finished episode's unscaled return (where episode_done)
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything training carries from one update to the next: checkpoint this to resume."""
+
+    params: Any
+    opt_state: Any
+    env_state: Any  # [num_envs] env states
+    obs: jax.Array  # [num_envs, *obs_shape]
+    episode_return: jax.Array  # [num_envs] running return of each env's current episode
+    key: jax.Array
+    update_step: jax.Array  # [] int32 updates done
+
+
+class PQN(NamedTuple):
+    """The pure functions of one configured PQN (see the module docstring)."""
+
+    config: PQNConfig
+    network: hk.Transformed
+    env: Any
+    env_params: Any
+    init: Callable[[jax.Array], RunnerState]
+    run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
+    train: Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]
+    evaluate: Callable[[Any, jax.Array], jax.Array]  # (params, key) -> [eval_episodes] returns
+    collect: Callable[[RunnerState, jax.Array], tuple[RunnerState, Transition]]  # (runner, epsilon) -> rollout [T, E]
+    targets: Callable[[Any, Transition, jax.Array], jax.Array]  # (params, rollout, obs after it) -> [T, E]
+
+
+METRIC_NAMES = (
+    "episode_return", "episodes", "epsilon", "loss", "q_mean", "grad_norm", "learning_rate", "timesteps",
+)  # fmt: skip
+
+
+def epsilon_at(timesteps: jax.Array, config: PQNConfig) -> jax.Array:
+    """Linear from epsilon_start to epsilon_end over exploration_fraction * total_steps env steps."""
+    duration = max(1.0, config.exploration_fraction * config.total_steps)
+    fraction = jnp.clip(jnp.asarray(timesteps, jnp.float32) / duration, 0.0, 1.0)
+    return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+
+
+def make_pqn(
+    config: PQNConfig,
+    env: Any = None,
+    env_params: Any = None,
+    callback: Callable[[dict[str, np.ndarray]], None] | None = None,
+    log_every: int = 1,
+) -> PQN:
+    """Configure PQN for ``env`` (default ``envs.make_jax_env(config.env_id)``, a gymnax env).
+
+    callback: called on the host with the update's metrics (numpy scalars) every ``log_every``
+    updates, while training runs; under ``jax.vmap`` once per seed. Nothing is traced here.
+    """
+    if env is None:
+        try:
+            env, default_params = envs.make_jax_env(config.env_id)
+        except ValueError as err:
+            raise ValueError(f"PQNConfig.env_id: {err}") from None
+        env_params = default_params if env_params is None else env_params
+    elif env_params is None:
+        env_params = env.default_params
+    if log_every < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    num_actions = env.action_space(env_params).n
+    obs_shape = env.observation_space(env_params).shape
+    if config.network == "minatar_cnn" and len(obs_shape) != 3:
+        raise ValueError(f"PQNConfig.network 'minatar_cnn' needs [H, W, C] observations; {config.env_id} gives {obs_shape}")
+    network = make_q_network(config.network, num_actions, config.hidden_sizes, layer_norm=config.layer_norm)
+    steps_per_update = config.num_minibatches * config.update_epochs
+
+    def learning_rate(count: jax.Array) -> jax.Array:
+        # optax counts minibatch steps; the rate falls linearly per update
+        return config.learning_rate * (1.0 - (count // steps_per_update) / config.num_updates)
+
+    schedule = learning_rate if config.anneal_lr else config.learning_rate
+    base = optax.adam(schedule) if config.optimizer == "adam" else optax.radam(schedule)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base)
+    reset_envs = jax.vmap(env.reset, in_axes=(0, None))
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    max_q_of = lambda params, obs: jnp.max(network.apply(params, None, obs), axis=-1)  # noqa: E731
+
+    def init(key: jax.Array) -> RunnerState:
+        params_key, reset_key, key = jax.random.split(key, 3)
+        obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
+        params = network.init(params_key, obs[:1])
+        return RunnerState(
+            params=params,
+            opt_state=optimizer.init(params),
+            env_state=env_state,
+            obs=obs,
+            episode_return=jnp.zeros(config.num_envs, jnp.float32),
+            key=key,
+            update_step=jnp.int32(0),
+        )
+
+    def env_step(runner: RunnerState, epsilon: jax.Array) -> tuple[RunnerState, Transition]:
+        key, act_key, step_key = jax.random.split(runner.key, 3)
+        q = network.apply(runner.params, None, runner.obs)
+        action = epsilon_greedy(q, epsilon, act_key)
+        obs, env_state, reward, terminated, truncated, info = step_envs(
+            jax.random.split(step_key, config.num_envs), runner.env_state, action, env_params
+        )
+        reward = reward.astype(jnp.float32)
+        done = terminated | truncated
+        episode_return = runner.episode_return + reward
+        transition = Transition(
+            obs=runner.obs,
+            action=action,
+            reward=reward * config.reward_scale,
+            terminated=terminated,
+            truncated=truncated,
+            max_q=jnp.max(q, axis=-1),
+            final_obs=info["final_observation"] if config.bootstrap_truncation else obs,
+            episode_done=done,
+            episode_return=episode_return,
+        )
+        runner = runner.replace(
+            env_state=env_state, obs=obs, episode_return=jnp.where(done, 0.0, episode_return), key=key
+        )
+        return runner, transition
+
+    def collect(runner: RunnerState, epsilon: jax.Array) -> tuple[RunnerState, Transition]:
+        """One rollout of num_steps steps of every env, epsilon-greedy; leaves [T, E, ...]."""
+        return jax.lax.scan(lambda r, _: env_step(r, epsilon), runner, None, length=config.num_steps)
+
+    def targets_of(params: Any, rollout: Transition, last_obs: jax.Array) -> jax.Array:
+        """[T, E] Q(lambda) targets of a rollout, from the parameters that collected it."""
+        # max Q of each step's next observation: the next step's acting Q, the observation after
+        # the rollout for the last step, and (bootstrap_truncation) the episode's own last
+        # observation where a time limit cut it, in one batched pass over the truncated steps' obs.
+        next_max_q = jnp.concatenate([rollout.max_q[1:], max_q_of(params, last_obs)[None]])
+        if config.bootstrap_truncation:
+            flat_final = rollout.final_obs.reshape(config.batch_size, *obs_shape)
+            final_max_q = max_q_of(params, flat_final).reshape(config.num_steps, config.num_envs)
+            next_max_q = jnp.where(rollout.truncated, final_max_q, next_max_q)
+            terminated = rollout.terminated
+        else:  # a time limit is treated as a terminal state (PureJaxRL and purejaxql do this)
+            terminated = rollout.terminated | rollout.truncated
+        return losses.q_lambda_targets(
+            rollout.reward, terminated, rollout.truncated, next_max_q, config.gamma, config.q_lambda
+        )
+
+    def loss_fn(params: Any, obs: jax.Array, action: jax.Array, target: jax.Array):
+        q = network.apply(params, None, obs)  # [M, A]
+        q_taken = jnp.take_along_axis(q, action[:, None], axis=-1)[:, 0]
+        loss = 0.5 * jnp.mean((q_taken - jax.lax.stop_gradient(target)) ** 2)
+        return loss, jnp.mean(q_taken)
+
+    def minibatch_step(carry, minibatch):
+        params, opt_state = carry
+        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *minibatch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), (loss, q_mean, optax.tree.norm(grads))
+
+    def epoch(carry, epoch_key):
+        params, opt_state, data = carry
+        order = jax.random.permutation(epoch_key, config.batch_size)
+        minibatches = jax.tree_util.tree_map(
+            lambda leaf: leaf[order].reshape(config.num_minibatches, config.minibatch_size, *leaf.shape[1:]), data
+        )
+        (params, opt_state), stats = jax.lax.scan(minibatch_step, (params, opt_state), minibatches)
+        return (params, opt_state, data), stats
+
+    def update(runner: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
+        timesteps = runner.update_step * config.batch_size
+        epsilon = epsilon_at(timesteps, config)
+        runner, rollout = collect(runner, epsilon)
+        targets = targets_of(runner.params, rollout, runner.obs)
+        flat = lambda leaf: leaf.reshape(config.batch_size, *leaf.shape[2:])  # noqa: E731
+        data = (flat(rollout.obs), flat(rollout.action), flat(targets))
+        key, epochs_key = jax.random.split(runner.key)
+        (params, opt_state, _), (loss, q_mean, grad_norm) = jax.lax.scan(
+            epoch, (runner.params, runner.opt_state, data), jax.random.split(epochs_key, config.update_epochs)
+        )
+        runner = runner.replace(params=params, opt_state=opt_state, key=key, update_step=runner.update_step + 1)
+        episodes = jnp.sum(rollout.episode_done)
+        return_sum = jnp.sum(jnp.where(rollout.episode_done, rollout.episode_return, 0.0))
+        metrics = {
+            "episode_return": jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1), jnp.nan),
+            "episodes": episodes,
+            "epsilon": epsilon,
+            "loss": jnp.mean(loss),
+            "q_mean": jnp.mean(q_mean),
+            "grad_norm": jnp.mean(grad_norm),
+            "learning_rate": learning_rate(runner.update_step * steps_per_update - 1)
+            if config.anneal_lr
+            else jnp.float32(config.learning_rate),
+            "timesteps": runner.update_step * config.batch_size,
+        }
+        if callback is not None:
+            jax.lax.cond(
+                runner.update_step % log_every == 0,
+                lambda m: jax.debug.callback(lambda host: callback(jax.tree_util.tree_map(np.asarray, host)), m),
+                lambda m: None,
+                metrics,
+            )
+        return runner, metrics
+
+    def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
+        """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
+        return jax.lax.scan(update, runner, None, length=num_updates)
+
+    def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:
+        return run(init(key), config.num_updates)
+
+    def evaluate(params: Any, key: jax.Array) -> jax.Array:
+        """[eval_episodes] returns at epsilon ``config.eval_epsilon`` (0: greedy)."""
+
+        def choose(choose_key, obs, _mask):
+            return epsilon_greedy(network.apply(params, None, obs[None]), config.eval_epsilon, choose_key)[0]
+
+        return evaluation.play_episodes(env, env_params, choose, key, config.eval_episodes)
+
+    return PQN(config, network, env, env_params, init, run, train, evaluate, collect, targets_of)
+
+
+def make_train(
+    config: PQNConfig,
+    env: Any = None,
+    env_params: Any = None,
+    callback: Callable[[dict[str, np.ndarray]], None] | None = None,
+    log_every: int = 1,
+) -> Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]:
+    """A pure ``train(key) -> (runner, metrics)``: wrap it in jax.jit (and jax.vmap for seeds).
+    Same arguments as ``make_pqn``, which also gives init/run/evaluate."""
+    return make_pqn(config, env, env_params, callback, log_every).train

@@ -1,0 +1,233 @@
+"""PQN: Q(lambda) targets against a float64 reference, the network, learning, vmap over seeds, resume, CLI."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from labcore import losses, published
+from labcore.__main__ import main as cli
+from labcore.agents.pqn import core as pqn
+from labcore.logging import read_metrics
+from labcore.nets.q_networks import make_q_network
+
+
+def reference_q_lambda(rewards, terminated, truncated, next_max_q, gamma, lam):
+    """float64, by the definition rather than the recursion: the lambda-return is the (1 - lambda)
+    lambda^(n-1) weighted mix of the n-step returns G^(n)_t = r_t + ... + gamma^(n-1) r_{t+n-1} +
+    gamma^n max Q(s'_{t+n-1}), each n-step return stopping where its episode or the rollout ends
+    (the longest one takes the remaining weight). A terminal end adds no bootstrap; a time-limit
+    end bootstraps from the episode's last observation (next_max_q at that step)."""
+    rewards, next_max_q = np.asarray(rewards, np.float64), np.asarray(next_max_q, np.float64)
+    ended = np.asarray(terminated) | np.asarray(truncated)
+    steps, envs = rewards.shape
+    targets = np.zeros((steps, envs))
+    for e in range(envs):
+        for t in range(steps):
+            n_step_returns, total, discount = [], 0.0, 1.0
+            for k in range(t, steps):
+                total += discount * rewards[k, e]
+                discount *= gamma
+                bootstrap = 0.0 if terminated[k, e] else discount * next_max_q[k, e]
+                n_step_returns.append(total + bootstrap)
+                if ended[k, e]:
+                    break
+            weights = [(1 - lam) * lam**i for i in range(len(n_step_returns) - 1)]
+            weights.append(lam ** (len(n_step_returns) - 1))
+            targets[t, e] = float(np.dot(weights, n_step_returns))
+    return targets
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.65, 0.95, 1.0])
+def test_q_lambda_targets_match_a_float64_reference(lam):
+    rng = np.random.default_rng(int(lam * 100))
+    steps, envs, gamma = 24, 6, 0.97
+    rewards = rng.normal(size=(steps, envs)).astype(np.float32)
+    terminated = rng.random((steps, envs)) < 0.08
+    truncated = (rng.random((steps, envs)) < 0.08) & ~terminated
+    terminated[-1, 0], truncated[-1, 1] = True, True  # a rollout that ends on an episode end, both kinds
+    next_max_q = rng.normal(size=(steps, envs)).astype(np.float32) * 3
+    targets = losses.q_lambda_targets(*map(jnp.asarray, (rewards, terminated, truncated, next_max_q)), gamma, lam)
+    expected = reference_q_lambda(rewards, terminated, truncated, next_max_q, gamma, lam)
+    np.testing.assert_allclose(np.asarray(targets), expected, rtol=2e-5, atol=2e-5)
+
+
+def test_q_lambda_targets_special_cases():
+    rewards = jnp.array([[1.0], [2.0], [3.0]])
+    no = jnp.zeros((3, 1), bool)
+    next_max_q = jnp.array([[10.0], [20.0], [30.0]])
+    # lambda 0: the one-step Q-learning target r + gamma max Q(s')
+    one_step = losses.q_lambda_targets(rewards, no, no, next_max_q, 0.5, 0.0)
+    np.testing.assert_allclose(np.asarray(one_step)[:, 0], [1 + 5, 2 + 10, 3 + 15])
+    # lambda 1: rewards summed to the rollout's end, bootstrapped there only
+    monte_carlo = losses.q_lambda_targets(rewards, no, no, next_max_q, 0.5, 1.0)
+    np.testing.assert_allclose(np.asarray(monte_carlo)[:, 0], [1 + 1 + 0.75 + 3.75, 2 + 1.5 + 7.5, 3 + 15])
+    # a terminal step neither bootstraps nor looks past itself; a truncated one bootstraps from its own next max Q
+    ends = jnp.array([[False], [True], [False]])
+    terminal = losses.q_lambda_targets(rewards, ends, no, next_max_q, 0.5, 1.0)
+    np.testing.assert_allclose(np.asarray(terminal)[:2, 0], [1 + 0.5 * 2, 2])
+    truncated = losses.q_lambda_targets(rewards, no, ends, next_max_q, 0.5, 1.0)
+    np.testing.assert_allclose(np.asarray(truncated)[:2, 0], [1 + 0.5 * (2 + 10), 2 + 10])
+    with pytest.raises(ValueError, match=r"one shape \[T, ...\]"):
+        losses.q_lambda_targets(rewards, no, no, next_max_q[:2], 0.5, 0.5)
+
+
+def test_minatar_network_shapes_and_layer_norm():
+    obs = jnp.zeros((5, 10, 10, 4))
+    plain = make_q_network("minatar_cnn", 3, (128,))
+    normed = make_q_network("minatar_cnn", 3, (128,), layer_norm=True)
+    plain_params = plain.init(jax.random.key(0), obs)
+    normed_params = normed.init(jax.random.key(0), obs)
+    assert plain.apply(plain_params, None, obs).shape == (5, 3)
+    assert plain_params["minatar_cnn/conv2_d"]["w"].shape == (3, 3, 4, 16)  # VALID: 8 x 8 x 16 after it
+    assert plain_params["minatar_cnn/linear"]["w"].shape == (8 * 8 * 16, 128)
+    assert [name for name in normed_params if "layer_norm" in name] == ["minatar_cnn/layer_norm", "minatar_cnn/layer_norm_1"]
+    # LayerNorm makes the hidden features scale-free: doubling the input changes nothing
+    x = jax.random.uniform(jax.random.key(1), (5, 10, 10, 4))
+    np.testing.assert_allclose(
+        np.asarray(normed.apply(normed_params, None, 2 * x)), np.asarray(normed.apply(normed_params, None, x)), rtol=1e-3, atol=1e-4
+    )
+    with pytest.raises(ValueError, match="layer_norm is available"):
+        make_q_network("nature_cnn", 3, layer_norm=True).init(jax.random.key(0), jnp.zeros((1, 4, 84, 84), jnp.uint8))
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("num_minibatches", 3), ("learning_rate", -1.0), ("q_lambda", 1.5), ("gamma", -0.1), ("total_steps", 10),
+     ("network", "nature_cnn"), ("hidden_sizes", [64]), ("num_envs", 0), ("optimizer", "sgd"),
+     ("exploration_fraction", 0.0), ("max_grad_norm", 0.0), ("env_id", "")],
+)  # fmt: skip
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=f"PQNConfig.{field} must be"):
+        pqn.PQNConfig(**{"num_envs": 4, "num_steps": 8, "total_steps": 1024, field: value})
+
+
+def test_unknown_env_and_wrong_network_fail_before_compiling():
+    with pytest.raises(ValueError, match="PQNConfig.env_id: unknown gymnax environment id 'Breakout-Minatar'.*Breakout-MinAtar"):
+        pqn.make_pqn(pqn.PQNConfig.minatar("Breakout-Minatar"))
+    with pytest.raises(ValueError, match="PQNConfig.network 'minatar_cnn' needs"):
+        pqn.make_pqn(pqn.PQNConfig(network="minatar_cnn"))
+
+
+def small_cartpole(**overrides):
+    return pqn.PQNConfig(**{"num_envs": 8, "num_steps": 16, "total_steps": 8 * 16 * 6, "num_minibatches": 4,
+                            "hidden_sizes": (32, 32), **overrides})
+
+
+def assert_same_tree(a, b):
+    as_data = lambda tree: jax.tree_util.tree_map(  # noqa: E731
+        lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf, tree
+    )
+    for x, y in zip(jax.tree_util.tree_leaves(as_data(a)), jax.tree_util.tree_leaves(as_data(b)), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_callback_metrics_and_vmap_over_seeds_equals_seeds_one_at_a_time():
+    seen = []
+    agent = pqn.make_pqn(small_cartpole(), callback=seen.append, log_every=2)
+    keys = jax.random.split(jax.random.key(4), 2)
+    together, metrics = jax.jit(jax.vmap(agent.train))(keys)
+    jax.effects_barrier()
+    assert set(metrics) == set(pqn.METRIC_NAMES)
+    assert [int(m["timesteps"]) for m in seen] == [2 * 128, 2 * 128, 4 * 128, 4 * 128, 6 * 128, 6 * 128]  # once per seed
+    epsilon = np.asarray(metrics["epsilon"])[0]  # per update, from 1 to 0.05 over the first 20% of the steps
+    np.testing.assert_allclose(epsilon, np.maximum(0.05, 1.0 - 0.95 * np.arange(6) * 128 / (0.2 * 768)), rtol=1e-6)
+    for i, key in enumerate(keys):
+        alone, _ = jax.jit(pqn.make_pqn(small_cartpole()).train)(key)
+        for a, b in zip(jax.tree_util.tree_leaves(alone.params), jax.tree_util.tree_leaves(together.params)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b)[i], rtol=1e-4, atol=1e-6)
+    assert not np.allclose(*[np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(together.params)[0]])  # two seeds differ
+
+
+def test_pqn_learns_cartpole():
+    """PQN's default CartPole settings: 500k steps (about 10 s here), from random play (~22) to
+    a greedy policy that balances for most of the 500-step limit; the training return (epsilon
+    0.05 at the end) climbs past 300."""
+    agent = pqn.make_pqn(pqn.PQNConfig.cartpole())
+    runner, metrics = jax.jit(agent.train)(jax.random.key(0))
+    returns = np.asarray(metrics["episode_return"])
+    assert np.nanmean(returns[:10]) < 40 and np.nanmean(returns[-20:]) > 300, returns[::20]
+    greedy = np.asarray(jax.jit(agent.evaluate)(runner.params, jax.random.key(1)))
+    assert greedy.mean() > 400, greedy
+
+
+def test_targets_of_a_real_rollout_bootstrap_a_time_limit_and_not_a_terminal_state():
+    """CartPole capped at 15 steps, rollouts of 40 steps, lambda 0 (one-step targets, to check each
+    step against the network by hand): a step that continues bootstraps from the next step's
+    observation, a time-limit end from the episode's last observation (or, with
+    bootstrap_truncation=False, not at all), a pole that fell not at all."""
+    env, params = pqn.envs.make_jax_env("CartPole-v1")
+    params = params.replace(max_steps_in_episode=15)
+    for bootstrap in (True, False):
+        config = small_cartpole(num_envs=16, num_steps=40, total_steps=16 * 40, q_lambda=0.0, gamma=0.9,
+                                bootstrap_truncation=bootstrap)
+        agent = pqn.make_pqn(config, env, params)
+        runner = agent.init(jax.random.key(3))
+        after, rollout = jax.jit(agent.collect)(runner, jnp.float32(1.0))  # random actions: some poles fall early
+        targets = np.asarray(jax.jit(agent.targets)(runner.params, rollout, after.obs))
+        max_q = lambda obs: np.asarray(agent.network.apply(runner.params, None, obs)).max(-1)  # noqa: E731
+        next_obs = np.concatenate([np.asarray(rollout.obs)[1:], np.asarray(after.obs)[None]])
+        terminated, truncated = np.asarray(rollout.terminated), np.asarray(rollout.truncated)
+        assert terminated.any() and (truncated & ~terminated).any()  # a step can be both: terminal wins
+        reward = np.asarray(rollout.reward)
+        expected = reward + 0.9 * max_q(next_obs.reshape(-1, 4)).reshape(40, 16)
+        if bootstrap:
+            final = max_q(np.asarray(rollout.final_obs).reshape(-1, 4)).reshape(40, 16)
+            expected = np.where(truncated, reward + 0.9 * final, expected)
+            assert not np.allclose(final[truncated], max_q(next_obs[truncated]))  # the reset obs would be wrong
+        else:
+            expected = np.where(truncated, reward, expected)
+        expected = np.where(terminated, reward, expected)
+        np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
+    from labcore.agents.pqn import run as pqn_run
+
+    config = small_cartpole(eval_episodes=4)  # 6 updates
+    straight = pqn_run.train(config, tmp_path / "straight", log_every=1, progress=False)
+    assert [row["update"] for row in straight.metrics] == [1, 2, 3, 4, 5, 6]
+    assert straight.summary["timesteps"] == 6 * 128 and "eval_return_mean" in straight.summary
+    interrupted = tmp_path / "interrupted"
+    pqn_run.train(config, interrupted, log_every=1, checkpoint_every=4, progress=False, evaluate=False)
+    import shutil
+
+    shutil.rmtree(interrupted / "checkpoints" / "6")  # as if killed after the checkpoint at update 4
+    resumed = pqn_run.train(config, interrupted, log_every=1, checkpoint_every=4, resume=True, progress=False)
+    assert_same_tree(straight.runner, resumed.runner)
+    assert [row["update"] for row in resumed.metrics] == [5, 6]
+    assert read_metrics(interrupted) == read_metrics(tmp_path / "straight")
+    config_back, runner_back = pqn_run.load_checkpoint(interrupted)
+    assert config_back == config
+    assert_same_tree(runner_back, straight.runner)
+    with pytest.raises(ValueError, match="different config"):
+        pqn_run.train(small_cartpole(seed=1), interrupted, resume=True, progress=False)
+
+
+def test_train_pqn_cli_writes_a_results_folder_then_evaluates(tmp_path, capsys):
+    run = tmp_path / "run"
+    flags = ["--total-steps", "81920", "--log-every", "5", "--checkpoint-every", "20", "--eval-episodes", "8"]
+    assert cli(["train", "pqn", *flags, "--run-dir", str(run), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["timesteps"] == 81920 and summary["eval_return_mean"] > summary["random_return_mean"]
+    for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
+        assert (run / name).is_file(), name
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir()) == [20, 40]
+    assert cli(["eval", "pqn", "--checkpoint", str(run), "--episodes", "4", "--epsilon", "1.0"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert report["update_step"] == 40 and report["eval_episodes"] == 4 and report["eval_epsilon"] == 1.0
+    assert cli(["train", "pqn", "--q-lambda", "2", "--run-dir", str(tmp_path / "bad"), "--no-progress"]) == 2
+    assert "PQNConfig.q_lambda must be" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    assert cli(["train", "pqn", "--preset", "minatar", "--env", "Pong-MinAtar", "--no-progress"]) == 2
+    assert "unknown gymnax environment id 'Pong-MinAtar'" in capsys.readouterr().err
+
+
+def test_published_curves_interpolate_and_never_extrapolate():
+    breakout = published.MINATAR_DQN["Breakout-MinAtar"]
+    assert published.at(breakout, 1_000_000) == 9.2
+    assert published.at(breakout, 750_000) == pytest.approx((8.3 + 9.2) / 2)
+    assert published.at(breakout, 250_000) == 6.7
+    assert published.at(breakout, 100_000) is None and published.at(breakout, 6_000_000) is None
+    assert all(frames % 1_000_000 == 0 for frames, _, _ in published.DOPAMINE_BREAKOUT_DQN)
