@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_pqn.add_argument("--preset", choices=("default", "cartpole", "minatar"), default="default",
                            help="starting configuration: CartPole (the default), or the PQN paper's MinAtar settings")
     _add_config_flags(train_pqn, "PQNConfig")
+    _add_auto_tune_flag(train_pqn, "num_envs / num_steps / hidden_sizes")
     train_pqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
     train_pqn.add_argument("--log-every", type=_positive_int, default=10, help="updates between metric rows")
     train_pqn.add_argument("--checkpoint-every", type=_positive_int, default=None,
@@ -403,7 +404,7 @@ def _eval_ppo(args: argparse.Namespace) -> int:
 def _train_pqn(args: argparse.Namespace) -> int:
     from labcore.agents.pqn import run as pqn_run
 
-    config = _config_from(args, "PQNConfig")
+    config = _auto_tuned(args, _config_from(args, "PQNConfig"))
     print(config)
     result = pqn_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
                            checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,

@@ -71,8 +71,11 @@ def _per_seed_means(episodes: np.ndarray, sums: np.ndarray) -> list[float]:
         return np.where(episodes > 0, sums / np.maximum(episodes, 1), np.nan).tolist()
 
 
-def pqn_curve(config: pqn.PQNConfig, seeds: int = 3, chunks: int = 10, seed: int = 0, name: str = "PQN") -> Curve:
-    """PQN (``labcore.agents.pqn.core``) for ``config.total_steps`` env steps per seed."""
+def pqn_curve(
+    config: pqn.PQNConfig, seeds: int = 3, chunks: int = 10, seed: int = 0, name: str = "PQN", stop_at: float | None = None
+) -> Curve:
+    """PQN (``labcore.agents.pqn.core``) for ``config.total_steps`` env steps per seed; with
+    ``stop_at``, only until the first chunk whose seed-mean return reaches it."""
     agent = pqn.make_pqn(config)
     per_chunk = max(1, config.num_updates // chunks)
     keys = jax.random.split(jax.random.key(seed), seeds)
@@ -88,13 +91,19 @@ def pqn_curve(config: pqn.PQNConfig, seeds: int = 3, chunks: int = 10, seed: int
         curve.returns.append(_per_seed_means(episodes.sum(1), sums))
         curve.env_steps.append(int(np.asarray(runners.update_step)[0]) * config.batch_size)
         curve.wall_s.append(wall)
+        if stop_at is not None and curve.mean_return[-1] >= stop_at:
+            break
     greedy = jax.jit(jax.vmap(agent.evaluate))(runners.params, jax.random.split(jax.random.key(seed + 1), seeds))
     curve.greedy_return = float(np.mean(greedy))
     return curve
 
 
-def dqn_scan_curve(config: dqn.DQNConfig, seeds: int = 3, chunks: int = 10, seed: int = 0, name: str = "DQN (scan)") -> Curve:
-    """The jitted DQN (``labcore.agents.dqn.scan``) for ``config.total_steps`` agent steps per seed."""
+def dqn_scan_curve(
+    config: dqn.DQNConfig, seeds: int = 3, chunks: int = 10, seed: int = 0, name: str = "DQN (scan)",
+    stop_at: float | None = None,
+) -> Curve:
+    """The jitted DQN (``labcore.agents.dqn.scan``) for ``config.total_steps`` agent steps per seed;
+    with ``stop_at``, only until the first chunk whose seed-mean return reaches it."""
     parts = dqn_scan.make_parts(config)
     per_chunk = max(1, parts.learn_iterations // chunks)
     keys = jax.random.split(jax.random.key(seed), seeds)
@@ -111,6 +120,8 @@ def dqn_scan_curve(config: dqn.DQNConfig, seeds: int = 3, chunks: int = 10, seed
         curve.returns.append(_per_seed_means(episodes, sums))
         curve.env_steps.append(int(np.asarray(metrics["step"])[0, -1]))
         curve.wall_s.append(wall)
+        if stop_at is not None and curve.mean_return[-1] >= stop_at:
+            break
     greedy_keys = jax.random.split(jax.random.key(seed + 1), seeds)
     curve.greedy_return = float(np.mean(jax.jit(jax.vmap(parts.evaluate))(carries.train_state.params, greedy_keys)))
     return curve

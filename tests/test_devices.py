@@ -139,6 +139,7 @@ def _configs():
     from labcore.agents.iqn.core import IQNConfig
     from labcore.agents.iqn.run_config import IQNRunConfig
     from labcore.agents.ppo.core import PPOConfig
+    from labcore.agents.pqn.core import PQNConfig
 
     return {
         "DQNConfig": (DQNConfig(), DQNConfig.nature_atari(buffer_size=2_000_000, batch_size=1024, num_envs=1,
@@ -147,6 +148,9 @@ def _configs():
         "PPOConfig": (PPOConfig(), PPOConfig(num_envs=1024, num_steps=256, hidden_size=1024, num_minibatches=8,
                                              total_steps=1024 * 256),
                       PPOConfig.cartpole()),
+        "PQNConfig": (PQNConfig(), PQNConfig(num_envs=4096, num_steps=256, hidden_sizes=(1024, 1024), num_minibatches=16,
+                                             total_steps=4096 * 256),
+                      PQNConfig.cartpole(num_envs=16, num_steps=32, hidden_sizes=(64, 64))),
         "IQNConfig": (IQNConfig(), IQNConfig(hidden_size=1024, n_tau_act=1024, batch_size=2048, buffer_size=8192),
                       IQNConfig(hidden_size=32, n_tau_act=8, batch_size=16, buffer_size=128)),
         "IQNRunConfig": (IQNRunConfig(), IQNRunConfig(num_worlds=1024, hidden_size=1024, batch_size=2048, buffer_size=8192),
@@ -173,7 +177,7 @@ def _at_most(new, old):
 
 
 @pytest.mark.parametrize("kind", devices.DEVICE_CLASSES)
-@pytest.mark.parametrize("name", ["DQNConfig", "PPOConfig", "IQNConfig", "IQNRunConfig", "GFlowNetConfig"])
+@pytest.mark.parametrize("name", ["DQNConfig", "PPOConfig", "PQNConfig", "IQNConfig", "IQNRunConfig", "GFlowNetConfig"])
 def test_auto_tune_fits_every_algorithm_and_only_shrinks(name, kind):
     report = FAKE_REPORTS[kind]
     assert devices.device_class(report) == kind

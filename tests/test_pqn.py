@@ -209,7 +209,7 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
 def test_train_pqn_cli_writes_a_results_folder_then_evaluates(tmp_path, capsys):
     run = tmp_path / "run"
     flags = ["--total-steps", "81920", "--log-every", "5", "--checkpoint-every", "20", "--eval-episodes", "8"]
-    assert cli(["train", "pqn", *flags, "--run-dir", str(run), "--no-progress"]) == 0
+    assert cli(["train", "pqn", *flags, "--run-dir", str(run), "--no-progress", "--auto-tune"]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["timesteps"] == 81920 and summary["eval_return_mean"] > summary["random_return_mean"]
     for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
@@ -231,3 +231,25 @@ def test_published_curves_interpolate_and_never_extrapolate():
     assert published.at(breakout, 250_000) == 6.7
     assert published.at(breakout, 100_000) is None and published.at(breakout, 6_000_000) is None
     assert all(frames % 1_000_000 == 0 for frames, _, _ in published.DOPAMINE_BREAKOUT_DQN)
+
+
+def test_curves_of_the_jitted_dqn_and_pqn_side_by_side():
+    """On CartPole (the MinAtar presets run in notebook 09 under nbval; their fields are checked here)."""
+    from labcore import curves
+    from labcore.agents.dqn.core import DQNConfig
+
+    minatar = DQNConfig.minatar(total_steps=900, learning_starts=500)
+    assert (minatar.network, minatar.hidden_sizes, minatar.train_frequency, minatar.batch_size) == ("minatar_cnn", (128,), 1, 32)
+    assert minatar.exploration_fraction == 1.0 and DQNConfig.minatar().exploration_fraction == 0.02  # 100k steps
+    pqn_run = curves.pqn_curve(small_cartpole(total_steps=8 * 128, eval_episodes=2), seeds=2, chunks=4)
+    dqn_run = curves.dqn_scan_curve(DQNConfig(total_steps=900, learning_starts=500, eval_episodes=2), seeds=2, chunks=4)
+    assert pqn_run.env_steps == [256, 512, 768, 1024]  # 8 updates of 8 x 16 env steps, 4 chunks
+    assert dqn_run.env_steps == [600, 700, 800, 900]  # the 500-step replay warm-up, then 4 chunks of 100
+    for run in (pqn_run, dqn_run):
+        assert run.seeds == 2 and np.array(run.returns).shape == (4, 2)
+        assert np.all(np.diff(run.wall_s) > 0) and run.wall_s[0] > 0 and run.compile_s > 0
+        assert np.isfinite(run.greedy_return) and all(np.isfinite(run.mean_return))
+    assert pqn_run.time_to(-1.0) == (pqn_run.env_steps[0], pqn_run.wall_s[0]) and pqn_run.time_to(1e9) == (None, None)
+    assert set(pqn_run.as_dict()) >= {"env_steps", "wall_s", "returns", "mean_return", "greedy_return"}
+    stopped = curves.pqn_curve(small_cartpole(total_steps=8 * 128, eval_episodes=2), seeds=1, chunks=2, stop_at=-1.0)
+    assert stopped.env_steps == [512]  # stops at the first chunk that reaches the score

@@ -32,7 +32,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import envs, evaluation, losses, validation
+from labcore import devices, envs, evaluation, losses, validation
 from labcore.nets.q_networks import NETWORKS, epsilon_greedy, make_q_network
 
 OPTIMIZERS = ("adam", "radam")
@@ -70,6 +70,23 @@ class PQNConfig:
     eval_episodes: int = 32
     eval_epsilon: float = 0.0
     seed: int = 0
+
+    # What devices.auto_tune shrinks this config to, per device class. PQN keeps no replay: its memory
+    # is the rollout (observations twice, with each step's true next one) and the minibatch
+    # gradients, small at MinAtar's 10x10 grids. What grows with num_envs x num_steps is the
+    # arithmetic of each update (epochs over every transition), so a CPU keeps the batch of the
+    # paper's MinAtar runs at most (128 x 32, here up to 128 x 64) and layers of 256, a small GPU
+    # twice that; a T4 caps very large batches; large GPUs and TPUs keep any config.
+    DEVICE_SIZES = devices.DeviceSizes(
+        limits={
+            "cpu": {"hidden_sizes": 256, ("num_envs", "num_steps"): (128, 64)},
+            "gpu-small": {"hidden_sizes": 512, ("num_envs", "num_steps"): (256, 64)},
+            "gpu-t4": {("num_envs", "num_steps"): (1024, 128)},
+            "gpu": {},
+            "tpu": {},
+        },
+        divides={"num_minibatches": ("num_envs", "num_steps")},
+    )
 
     def __post_init__(self) -> None:
         require = validation.requirer(self)
