@@ -55,6 +55,29 @@ def test_masked_sampling_never_picks_an_illegal_action_and_matches_float64():
     np.testing.assert_allclose(np.asarray(policy.entropy()), ref_entropy, rtol=1e-5, atol=1e-6)
 
 
+def test_rollout_sampling_draws_what_the_masked_policy_draws():
+    """ppo.sample_action (the rollout's sampler) gives masked_policy's sample and log_prob, bit for bit."""
+    rng = np.random.default_rng(2)
+    n, actions = 2_000, 13
+    logits = jnp.asarray(rng.normal(scale=rng.uniform(0.1, 20.0, (n, 1)), size=(n, actions)).astype(np.float32))
+    mask = rng.random((n, actions)) < rng.uniform(0.05, 0.9, (n, 1))
+    mask[np.arange(n), rng.integers(0, actions, n)] = True
+
+    def with_distrax(key, logits, mask):
+        policy = ppo.masked_policy(logits, mask)
+        action = policy.sample(seed=key)
+        return action, policy.log_prob(action)
+
+    for seed, row_mask in [(0, jnp.asarray(mask)), (1, jnp.asarray(mask)), (2, None)]:
+        key = jax.random.key(seed)
+        action, log_prob = jax.jit(ppo.sample_action)(key, logits, row_mask)  # both compiled, as in training
+        expected_action, expected_log_prob = jax.jit(with_distrax)(key, logits, row_mask)
+        np.testing.assert_array_equal(np.asarray(action), np.asarray(expected_action))
+        np.testing.assert_array_equal(np.asarray(log_prob), np.asarray(expected_log_prob))
+        if row_mask is not None:
+            assert mask[np.arange(n), np.asarray(action)].all()
+
+
 def test_gae_matches_rlax_and_a_float64_loop():
     rng = np.random.default_rng(1)
     steps, envs, gamma, lam = 64, 5, 0.99, 0.95
@@ -152,6 +175,25 @@ def test_masked_training_never_chooses_illegal_actions_and_reports_through_the_c
     unmasked = ppo.make_ppo(small_vault(mask_actions=False))
     _, metrics = jax.jit(unmasked.train)(jax.random.key(0))
     assert np.mean(np.asarray(metrics["invalid_action_rate"])) > 0.3  # most of 13 actions are illegal
+
+
+def test_logged_rows_reach_the_callback_in_bursts_in_order(monkeypatch):
+    """Rows wait on the device and travel a burst at a time; every logged update still reaches the
+    callback once, in order, with the numbers train returns, the last partial burst included."""
+    monkeypatch.setattr(ppo, "METRICS_BURST_STEPS", 3 * 128)  # small_vault: 128 steps an update
+    seen = []
+    agent = ppo.make_ppo(small_vault(total_steps=128 * 7), callback=seen.append, log_every=1)  # bursts of 3, 3, 1
+    run = jax.jit(agent.run, static_argnums=1)
+    runner, first = run(agent.init(jax.random.key(0)), 4)  # two run calls: the rows of each are delivered by its end
+    jax.effects_barrier()
+    assert [int(row["timesteps"]) for row in seen] == [128 * u for u in range(1, 5)]
+    _, second = run(runner, 3)
+    jax.effects_barrier()
+    assert [int(row["timesteps"]) for row in seen] == [128 * u for u in range(1, 8)]
+    for name in ppo.METRIC_NAMES:
+        returned = np.concatenate([np.asarray(first[name]), np.asarray(second[name])])
+        np.testing.assert_array_equal(np.stack([row[name] for row in seen]), returned)
+        assert all(row[name].shape == () and row[name].dtype == returned.dtype for row in seen)
 
 
 def test_vmap_over_seeds_equals_seeds_one_at_a_time():

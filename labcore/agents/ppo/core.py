@@ -13,7 +13,9 @@ mask, which is stored with each transition), compute GAE, then ``update_epochs``
 ``num_minibatches`` minibatch steps of the clipped PPO loss, where log-probabilities and entropy
 are recomputed under the stored masks. Metrics are one number per update (means over the
 rollout), never per step, and ``callback`` sees them every ``log_every`` updates while the
-compiled program runs.
+compiled program runs: the logged rows wait on the device and reach the host in bursts, at most
+one host call per ``METRICS_BURST_STEPS`` environment steps (a host call costs about half a
+millisecond on a CPU), and all of them by the time ``run`` returns.
 """
 
 from __future__ import annotations
@@ -139,7 +141,6 @@ class Transition(NamedTuple):
     value: jax.Array  # [E]
     log_prob: jax.Array  # [E] under the mask the action was chosen with
     mask: jax.Array  # [E, A] bool, the legal actions when acting
-    invalid: jax.Array  # [E] bool, the chosen action was illegal (never, when masking)
     episode_done: jax.Array  # [E] bool, for episode statistics
     episode_return: jax.Array  # [E]
     episode_length: jax.Array  # [E]
@@ -180,6 +181,37 @@ def masked_policy(logits: jax.Array, mask: jax.Array | None) -> distrax.Categori
     return distrax.Categorical(logits=logits if mask is None else losses.masked_logits(logits, mask))
 
 
+def sample_action(key: jax.Array, logits: jax.Array, mask: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    """An action of ``masked_policy(logits, mask)`` and its log-probability: logits, mask [B, A] -> [B], [B].
+
+    Bit for bit the action (for the same key) and log-probability of that distribution's ``sample``
+    and ``log_prob``, in fewer operations: distrax also checks every probability (a sample of
+    non-finite logits becomes -1) and masks the logits into a copy that XLA computes apart, several
+    extra operations in every rollout step. A row with no legal action (labcore's masked envs
+    always have one) is the exception: it draws an illegal action with a meaningless log-probability.
+    """
+    if mask is None:
+        log_probs = jax.nn.log_softmax(logits)
+        choice_logits = log_probs
+    else:
+        # jax.nn.log_softmax(losses.masked_logits(logits, mask)), operation for operation, with the
+        # mask applied by each operation that reads the logits rather than once to a masked copy:
+        # XLA fuses every select into its reader (a copy read three times it computes apart), so
+        # masking adds no operation to a rollout step. The max is taken over -inf (then floored at
+        # MASKED_LOGIT, which gives the same max) so that XLA does not merge its select with the
+        # sum's. log_probs is exact for the legal actions, the only ones drawn.
+        top = jnp.max(jnp.where(mask, logits, -jnp.inf), axis=-1, keepdims=True)
+        top = jax.lax.stop_gradient(jnp.maximum(top, losses.MASKED_LOGIT))
+        normaliser = jnp.log(jnp.sum(jnp.exp(losses.masked_logits(logits, mask) - top), axis=-1, keepdims=True))
+        log_probs = (logits - top) - normaliser
+        choice_logits = jnp.where(mask, log_probs, losses.MASKED_LOGIT)
+    action = jax.random.categorical(key, choice_logits)
+    return action, jnp.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
+
+
+# Logged metrics reach the host at most once per this many environment steps, in one host call.
+METRICS_BURST_STEPS = 65_536
+
 METRIC_NAMES = (
     "episode_return", "episode_length", "episodes", "entropy", "max_entropy", "policy_loss", "value_loss",
     "approx_kl", "clip_fraction", "invalid_action_rate", "learning_rate", "timesteps",
@@ -195,8 +227,9 @@ def make_ppo(
 ) -> PPO:
     """Configure PPO for ``env`` (default ``envs.make_masked_env(config.env_id)``).
 
-    callback: called on the host with the update's metrics (numpy; a leading seed axis under
-    vmap) every ``log_every`` updates, while training runs. Nothing is traced here.
+    callback: called on the host with the update's metrics (0-d numpy arrays; under vmap, once per
+    seed) every ``log_every`` updates, in order, while training runs; the rows arrive in bursts (see
+    the module docstring). Nothing is traced here.
     """
     if env is None:
         try:
@@ -213,6 +246,7 @@ def make_ppo(
     network = ActorCritic(num_actions, config.hidden_size, config.num_layers, config.activation,
                           dtype=jnp.dtype(config.compute_dtype))
     batch_size = config.num_envs * config.num_steps
+    rows_per_burst = max(1, METRICS_BURST_STEPS // (batch_size * log_every))  # logged rows per host call
 
     def schedule(count: jax.Array) -> jax.Array:
         # optax counts minibatch steps; the rate falls linearly per update, as in PureJaxRL
@@ -248,18 +282,22 @@ def make_ppo(
     def env_step(runner: RunnerState, _) -> tuple[RunnerState, Transition]:
         key, action_key, step_key = jax.random.split(runner.key, 3)
         logits, value = network.apply(runner.params, runner.obs)
-        policy = pi(logits, runner.mask)
-        action = policy.sample(seed=action_key)
-        log_prob = policy.log_prob(action)
-        invalid = ~jnp.take_along_axis(runner.mask, action[:, None], axis=-1)[:, 0]
+        action, log_prob = sample_action(action_key, logits, runner.mask if config.mask_actions else None)
         obs, env_state, reward, terminated, truncated, info = step_envs(
             jax.random.split(step_key, config.num_envs), runner.env_state, action, env_params
         )
         reward = reward.astype(jnp.float32)
         if config.bootstrap_truncation:
-            # A time limit is not a real end: credit the value of where the episode was cut off.
-            _, final_value = network.apply(runner.params, info["final_observation"])
-            reward = reward + config.gamma * final_value * (truncated & ~terminated)
+            # A time limit is not a real end: credit the value of where the episode was cut off. Few
+            # steps cut any episode, so the critic runs on the final observations only in those.
+            cut = truncated & ~terminated
+            final_value = jax.lax.cond(
+                jnp.any(cut),
+                lambda final_obs: network.apply(runner.params, final_obs)[1],
+                lambda final_obs: jnp.zeros(config.num_envs),
+                info["final_observation"],
+            )
+            reward = reward + config.gamma * final_value * cut
         transition = Transition(
             obs=runner.obs,
             action=action,
@@ -268,7 +306,6 @@ def make_ppo(
             value=value,
             log_prob=log_prob,
             mask=runner.mask,
-            invalid=invalid,
             episode_done=info["returned_episode"],
             episode_return=info["returned_episode_return"],
             episode_length=info["returned_episode_length"].astype(jnp.float32),
@@ -337,24 +374,54 @@ def make_ppo(
             **{name: jnp.mean(value) for name, value in stats.items()},
             # the entropy of a uniform choice among the legal actions: the ceiling for 'entropy'
             "max_entropy": jnp.mean(jnp.log(jnp.sum(rollout.mask if config.mask_actions else jnp.ones_like(rollout.mask), -1))),
-            "invalid_action_rate": jnp.mean(rollout.invalid),
+            # the chosen action was illegal (never, when masking); from the stored masks, not per step
+            "invalid_action_rate": jnp.mean(~jnp.take_along_axis(rollout.mask, rollout.action[..., None], -1)),
             "learning_rate": schedule(runner.update_step * config.num_minibatches * config.update_epochs - 1)
             if config.anneal_lr
             else jnp.float32(config.learning_rate),
             "timesteps": runner.update_step * batch_size,
         }
-        if callback is not None:
-            jax.lax.cond(
-                runner.update_step % log_every == 0,
-                lambda m: jax.debug.callback(lambda host: callback(jax.tree_util.tree_map(np.asarray, host)), m),
-                lambda m: None,
-                metrics,
-            )
         return runner, metrics
 
     def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
         """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
-        return jax.lax.scan(update, runner, None, length=num_updates)
+        if callback is None:
+            return jax.lax.scan(update, runner, None, length=num_updates)
+        # The logged rows wait on the device and travel to the host together. A host callback costs
+        # about half a millisecond on a CPU (jax.debug.callback makes each argument a device array
+        # again before calling), 3% of a CartPole run if one were made every 10 updates.
+        names = jax.eval_shape(update, runner, None)[1]
+        ints = [name for name in names if jnp.issubdtype(names[name].dtype, jnp.integer)]  # the counts
+        floats = [name for name in names if name not in ints]
+
+        def send(burst: tuple[jax.Array, jax.Array, jax.Array]) -> None:
+            def on_host(float_rows, int_rows, count) -> None:
+                float_rows, int_rows = np.asarray(float_rows), np.asarray(int_rows)
+                for row in range(int(count)):
+                    values = {**dict(zip(floats, float_rows[row])), **dict(zip(ints, int_rows[row]))}
+                    callback({name: np.asarray(values[name]) for name in names})
+
+            jax.debug.callback(on_host, *burst)
+
+        def update_and_log(carry, _):
+            runner, (float_rows, int_rows, count) = carry
+            runner, metrics = update(runner, None)
+            # written at row `count` every update; kept (count + 1) only when this update is logged
+            float_rows = float_rows.at[count].set(jnp.stack([metrics[name] for name in floats]))
+            int_rows = int_rows.at[count].set(jnp.stack([metrics[name] for name in ints]))
+            count = count + (runner.update_step % log_every == 0)
+            full = count == rows_per_burst
+            jax.lax.cond(full, send, lambda burst: None, (float_rows, int_rows, count))
+            return (runner, (float_rows, int_rows, jnp.where(full, 0, count))), metrics
+
+        empty = (
+            jnp.zeros((rows_per_burst, len(floats)), jnp.float32),
+            jnp.zeros((rows_per_burst, len(ints)), jnp.int32),
+            jnp.int32(0),
+        )
+        (runner, burst), metrics = jax.lax.scan(update_and_log, (runner, empty), None, length=num_updates)
+        jax.lax.cond(burst[2] > 0, send, lambda burst: None, burst)  # the rows logged since the last burst
+        return runner, metrics
 
     def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:
         return run(init(key), config.num_updates)
