@@ -61,3 +61,15 @@ def descendants(pid: int) -> list[int]:
         found += children
         frontier = children
     return found
+
+
+def assert_same_tree(a, b):
+    """Two pytrees (runner or train states) hold the same values, leaf by leaf; PRNG keys compare by their data."""
+    import jax
+    import numpy as np
+
+    as_data = lambda tree: jax.tree_util.tree_map(  # noqa: E731
+        lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf, tree
+    )
+    for x, y in zip(jax.tree_util.tree_leaves(as_data(a)), jax.tree_util.tree_leaves(as_data(b)), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

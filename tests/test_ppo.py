@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import rlax
 
+from conftest import assert_same_tree
+
 from labcore import checkpoint, losses
 from labcore.logging import read_metrics
 from labcore.agents.ppo import core as ppo
@@ -151,16 +153,8 @@ def test_resume_from_a_checkpoint_continues_exactly():
         restored, metadata = checkpoint.restore(directory, like=agent.init(jax.random.key(1)))
     assert metadata["config"] == "small_vault"
     resumed, resumed_metrics = run(restored, 3)
-    assert_same_runner(straight, resumed)
+    assert_same_tree(straight, resumed)
     np.testing.assert_array_equal(np.asarray(straight_metrics["entropy"])[3:], np.asarray(resumed_metrics["entropy"]))
-
-
-def assert_same_runner(a, b):
-    as_data = lambda tree: jax.tree_util.tree_map(  # noqa: E731
-        lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf, tree
-    )
-    for x, y in zip(jax.tree_util.tree_leaves(as_data(a)), jax.tree_util.tree_leaves(as_data(b)), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_masked_training_never_chooses_illegal_actions_and_reports_through_the_callback():
@@ -254,14 +248,14 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     assert int(resumed.runner.update_step) == 6
     assert resumed.summary["timesteps"] == 6 * 128 and "greedy_return_mean" in resumed.summary
     assert "greedy_return_mean" not in straight.summary  # eval_episodes=0: no evaluation
-    assert_same_runner(straight.runner, resumed.runner)
+    assert_same_tree(straight.runner, resumed.runner)
     assert [row["update"] for row in resumed.metrics] == [5, 6]
     # the folder's rows read as one run: those past the checkpoint at 4 were cut, then logged again
     assert read_metrics(interrupted) == read_metrics(earlier)
     assert resumed.metrics[-1]["entropy"] == straight.metrics[-1]["entropy"]
     config_back, runner_back = ppo_run.load_checkpoint(interrupted)
     assert config_back == config
-    assert_same_runner(runner_back, straight.runner)
+    assert_same_tree(runner_back, straight.runner)
     with pytest.raises(ValueError, match="different config"):
         ppo_run.train(small_vault(seed=1), interrupted, resume=True, progress=False)
     with pytest.raises(FileExistsError, match="holds an earlier run"):

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import assert_same_tree
+
 from labcore import losses, published
 from labcore.__main__ import main as cli
 from labcore.agents.pqn import core as pqn
@@ -114,14 +116,6 @@ def test_unknown_env_and_wrong_network_fail_before_compiling():
 def small_cartpole(**overrides):
     return pqn.PQNConfig(**{"num_envs": 8, "num_steps": 16, "total_steps": 8 * 16 * 6, "num_minibatches": 4,
                             "hidden_sizes": (32, 32), **overrides})
-
-
-def assert_same_tree(a, b):
-    as_data = lambda tree: jax.tree_util.tree_map(  # noqa: E731
-        lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf, tree
-    )
-    for x, y in zip(jax.tree_util.tree_leaves(as_data(a)), jax.tree_util.tree_leaves(as_data(b)), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_callback_metrics_and_vmap_over_seeds_equals_seeds_one_at_a_time():
