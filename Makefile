@@ -4,6 +4,10 @@
 # With CI=true, `make test` sets LABCORE_QUICK=1, which shrinks every training budget.
 #   make test-compat  the same tests and notebooks on the oldest stack pyproject.toml allows, with
 #                     labcore installed as the Colab cell installs it (CI runs it after make test)
+#   make docs   build the site into docs/_build/html: every lesson with the outputs `make test`
+#               recorded (a notebook with no recorded run, or whose code changed since, runs once)
+#   make docs FULL=1   the same with full-budget outputs, re-running only notebooks whose code changed
+#   make docs-check    open every page of the built site in headless Chromium (CI runs it)
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 VENV := .venv
@@ -23,7 +27,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Longest a single notebook cell may run before nbval fails it (seconds).
 CELL_TIMEOUT ?= 3600
 
-.PHONY: lab test test-compat venv doctor colab-sync
+.PHONY: lab test test-compat venv doctor colab-sync docs docs-check
 
 venv: $(PACKAGE_STAMP)
 
@@ -46,10 +50,12 @@ lab: $(PACKAGE_STAMP)
 
 # Two pytest runs: the unit tests with tests/conftest.py's XLA flags (compile-bound, so LLVM at
 # -O0), then every notebook in kernels that see only the caller's environment, as a user's would.
-# The notebooks run even when a unit test fails, so one CI run reports every failure.
+# The notebooks run even when a unit test fails, so one CI run reports every failure. The notebook
+# run also records each passing notebook with its outputs for the site (docs/tooling/record_outputs.py),
+# so `make docs` renders this execution instead of running the notebooks again.
 test: $(PACKAGE_STAMP)
 	$(BIN)/python -m pytest tests --durations=10; tests=$$?; \
-	$(BIN)/python -m pytest notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
+	$(BIN)/python -m pytest notebooks -p docs.tooling.record_outputs --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
 	notebooks=$$?; test $$tests -eq 0 && test $$notebooks -eq 0
 
 doctor: $(PACKAGE_STAMP)
@@ -88,3 +94,21 @@ test-compat: $(COMPAT_STAMP)
 # first cell, the Colab badges and colab/README.md.
 colab-sync: $(PACKAGE_STAMP)
 	$(BIN)/python colab/cell.py sync
+
+# The site: lessons/ from the recorded runs (docs/tooling/lessons.py), then Sphinx with warnings as
+# errors. FULL=1 renders full-budget outputs (a release build); only changed notebooks run again.
+FULL ?=
+docs: $(PACKAGE_STAMP)
+	$(BIN)/python docs/tooling/lessons.py $(if $(filter 1 true yes,$(FULL)),--full,)
+	$(BIN)/python -m sphinx -b html -W --keep-going -q docs docs/_build/html
+	@echo "site: $(CURDIR)/docs/_build/html/index.html"
+
+# Every page of the built site in headless Chromium: console errors, links and anchors, images,
+# figures, citations and glossary terms (docs/tooling/test_site.py). Needs Debian's chromium and
+# chromium-driver (.ci/run installs them when missing).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+docs-check: $(PACKAGE_STAMP)
+	@test -n "$$LABCORE_CHROMIUM" || { command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || \
+	{ echo "installing Debian's chromium and chromium-driver for the browser test"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	$(BIN)/python -m pytest docs/tooling/test_site.py -p no:cacheprovider -q

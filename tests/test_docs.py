@@ -1,0 +1,197 @@
+"""The site's tooling (docs/tooling): recorded runs, stale-run detection, lesson pages, and the
+single source of the Colab links; and the sources the site is built from: every citation and
+glossary term a page or notebook uses exists. The built site itself is checked in a browser by
+``make docs-check`` (docs/tooling/test_site.py)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import NOTEBOOKS_DIR, REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "docs" / "tooling"))
+executed = importlib.import_module("executed")
+lessons = importlib.import_module("lessons")
+lesson_api = importlib.import_module("lesson_api")
+site_facts = importlib.import_module("site_facts")
+
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+DOCS = REPO_ROOT / "docs"
+PAGES = sorted(path for path in DOCS.rglob("*.md") if "_build" not in path.parts and "generated" not in path.parts)
+CITE = re.compile(r"\{cite(?::\w+)?\}`([^`]+)`")
+TERM = re.compile(r"\{term\}`([^`]+)`")
+
+
+def _markdown_sources():
+    for path in PAGES:
+        yield path.relative_to(REPO_ROOT), path.read_text()
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        yield path.relative_to(REPO_ROOT), "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+
+
+def bibliography_keys() -> set[str]:
+    return set(re.findall(r"^@\w+\{\s*([^,\s]+)\s*,", (DOCS / "references.bib").read_text(), re.MULTILINE))
+
+
+def glossary_terms() -> set[str]:
+    text = (DOCS / "glossary.md").read_text()
+    block = text[text.index("```{glossary}"):]
+    block = block[: block.index("\n```", 3)]
+    return {line.strip().lower() for line in block.splitlines()[1:] if line.strip() and not line.startswith((" ", ":"))}
+
+
+def test_every_citation_resolves_to_a_bibliography_entry():
+    keys = bibliography_keys()
+    missing = {f"{where}: {key.strip()}" for where, text in _markdown_sources()
+               for group in CITE.findall(text) for key in group.split(",") if key.strip() not in keys}
+    assert missing == set()
+
+
+def test_the_bibliography_has_no_duplicate_keys_and_cites_the_course_s_sources():
+    keys = re.findall(r"^@\w+\{\s*([^,\s]+)\s*,", (DOCS / "references.bib").read_text(), re.MULTILINE)
+    assert len(keys) == len(set(keys))
+    for key in ("mnih2013playing", "mnih2015human", "vanhasselt2016deep", "dabney2018implicit", "fortunato2018noisy",
+                "hessel2018rainbow", "schulman2017proximal", "schulman2016high", "gallici2025simplifying",
+                "young2019minatar", "castro2018dopamine", "malkin2022trajectory", "bengio2023gflownet",
+                "madan2023learning", "pan2023better", "bengio2021flow", "lange2022gymnax", "lu2022discovered",
+                "huang2022cleanrl"):
+        assert key in keys
+
+
+def test_every_glossary_term_used_is_defined():
+    terms = glossary_terms()
+    used = set()
+    for where, text in _markdown_sources():
+        for reference in TERM.findall(text):
+            target = re.search(r"<([^>]+)>$", reference)
+            used.add((str(where), (target.group(1) if target else reference).strip().lower()))
+    assert {f"{where}: {term}" for where, term in used if term not in terms} == set()
+
+
+def test_every_notebook_cites_something_and_links_the_glossary():
+    for path in NOTEBOOKS:
+        text = "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown")
+        assert CITE.search(text), f"{path.name} cites nothing"
+        assert TERM.search(text), f"{path.name} links no glossary term"
+
+
+def test_the_code_hash_follows_code_cells_only():
+    notebook = nbformat.read(NOTEBOOKS[0], as_version=4)
+    before = executed.code_sha256(notebook)
+    next(cell for cell in notebook.cells if cell.cell_type == "markdown").source += "\nMore prose."
+    assert executed.code_sha256(notebook) == before
+    next(cell for cell in notebook.cells if cell.cell_type == "code").source += "\nx = 1"
+    assert executed.code_sha256(notebook) != before
+
+
+def _stored_run(name: str, budget: str) -> nbformat.NotebookNode:
+    """A made-up run of notebooks/`name`: every code cell printed its number."""
+    run = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    for number, cell in enumerate(cell for cell in run.cells if cell.cell_type == "code"):
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"cell {number}\n")]
+        cell.execution_count = number + 1
+    executed.stamp(run, nbformat.read(NOTEBOOKS_DIR / name, as_version=4), budget, 12.0)
+    return run
+
+
+def test_a_stored_run_is_current_until_the_code_changes(tmp_path, monkeypatch):
+    name = NOTEBOOKS[0].name
+    monkeypatch.setattr(executed, "STORE", tmp_path / "store")
+    assert executed.load_current(name, "quick") is None
+    executed.save(_stored_run(name, "quick"), name, "quick")
+    assert executed.load_current(name, "quick") is not None
+    assert executed.load_current(name, "full") is None, "a quick run must not stand in for a full one"
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    edited = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    next(cell for cell in edited.cells if cell.cell_type == "code").source += "\nprint('changed')"
+    nbformat.write(edited, notebooks / name)
+    monkeypatch.setattr(executed, "NOTEBOOKS", notebooks)
+    assert executed.load_current(name, "quick") is None, "edited code must make the stored run stale"
+
+
+def test_a_lesson_page_has_its_header_under_the_title_and_the_run_s_outputs():
+    name = "05_masked_ppo.ipynb"
+    page = lessons.lesson_page(name, _stored_run(name, "quick"))
+    assert page.cells[0].source.startswith("# 05") and "\n" not in page.cells[0].source
+    header = page.cells[1].source
+    assert site_facts.colab_url(name) in header
+    assert "quick budget" in header and executed.machine() in header
+    assert "labcore.agents.ppo" in header, "the lesson's API is linked from its header"
+    code = [cell for cell in page.cells if cell.cell_type == "code"]
+    assert [cell.outputs[0]["text"] for cell in code] == [f"cell {number}\n" for number in range(len(code))]
+    source = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    assert [cell.source for cell in code] == [cell.source for cell in source.cells if cell.cell_type == "code"]
+
+
+def test_a_full_run_says_so():
+    name = NOTEBOOKS[0].name
+    header = lessons.lesson_page(name, _stored_run(name, "full")).cells[1].source
+    assert "full budget" in header and "quick budget" not in header
+
+
+def test_the_colab_links_come_from_the_setup_cell():
+    cell = site_facts._cell_module()
+    source = cell.parse_source(cell.cell_text(REPO_ROOT))
+    for path in NOTEBOOKS:
+        assert site_facts.colab_url(path.name) == source.badge_prefix() + path.name
+    assert site_facts.repository_url() == f"https://github.com/{source.owner}/{source.repo}"
+
+
+def test_every_lesson_links_its_api_and_every_link_resolves():
+    lesson_api.check()
+    assert set(lesson_api.LESSON_API) == {path.stem for path in NOTEBOOKS}
+
+
+def test_make_test_records_a_notebook_with_its_outputs(tmp_path):
+    """nbval runs a two-cell notebook with the recording plugin; the stored copy has the outputs."""
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# A notebook"),
+        nbformat.v4.new_code_cell("print('hello from the kernel')"),
+        nbformat.v4.new_code_cell("6 * 7"),
+    ])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    name = f"zz_record_test_{os.getpid()}.ipynb"
+    nbformat.write(notebook, tmp_path / name)
+    stored = executed.stored_path(name, "quick")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", str(tmp_path / name), "-p", "docs.tooling.record_outputs",
+             "--nbval-lax", "--nbval-current-env", "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"],
+            cwd=REPO_ROOT, env={**os.environ, "LABCORE_QUICK": "1"}, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        run = nbformat.read(stored, as_version=4)
+        first, second = (cell for cell in run.cells if cell.cell_type == "code")
+        assert first.outputs[0]["text"] == "hello from the kernel\n" and first.execution_count == 1
+        assert second.outputs[0]["data"]["text/plain"] == "42" and second.execution_count == 2
+        assert run.metadata["labcore"]["budget"] == "quick"
+        assert run.metadata["labcore"]["code_sha256"] == executed.code_sha256(notebook)
+        nbformat.validate(run)
+    finally:
+        stored.unlink(missing_ok=True)
+
+
+def test_a_notebook_with_a_failing_cell_is_not_recorded(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('on purpose')")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    name = f"zz_record_fail_{os.getpid()}.ipynb"
+    nbformat.write(notebook, tmp_path / name)
+    stored = executed.stored_path(name, "quick")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", str(tmp_path / name), "-p", "docs.tooling.record_outputs",
+             "--nbval-lax", "--nbval-current-env", "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"],
+            cwd=REPO_ROOT, env={**os.environ, "LABCORE_QUICK": "1"}, capture_output=True, text=True, timeout=300)
+        assert result.returncode != 0
+        assert not stored.exists()
+    finally:
+        stored.unlink(missing_ok=True)
