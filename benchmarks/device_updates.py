@@ -12,7 +12,7 @@ Rows, each compiled first and then timed over ``--repeats`` calls waited for wit
 
 ``temp MiB`` is XLA's scratch memory for the compiled program (``memory_analysis()``). Notebook 06
 measures the first and the DQN CartPole row on whatever device runs it; this script is how the
-README's per-device figures are produced, with the device recorded in the JSON.
+per-device figures of docs/results/devices.md are produced, with the device recorded in the JSON.
 
     python benchmarks/device_updates.py
     python benchmarks/device_updates.py --repeats 50

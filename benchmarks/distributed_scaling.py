@@ -10,7 +10,7 @@
   first rollout received, learner updates/s at one update per ``train_frequency`` transitions;
   staleness in learner updates between acting and learning.
 
-The README's table also has rows for the same design over ``multiprocessing`` pipes, the transport
+The table in docs/results/distributed.md also has rows for the same design over ``multiprocessing`` pipes, the transport
 Ray replaced, measured in the same run by this script at commit 0cc690f (the last that has it).
 
     python benchmarks/distributed_scaling.py                  # 20k steps per device / 40k for actor-learner

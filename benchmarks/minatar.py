@@ -14,8 +14,8 @@ reaches it says so). Three seeds of DQN cannot run long enough here to reach tha
 times one seed of each to a lower fixed score, side by side, each stopping at the first chunk
 (10k env steps for DQN, 8 updates for PQN) that reaches it: the wall-time ratio at equal score.
 
-    python benchmarks/minatar.py                                   # the curves of the README's table
-    python benchmarks/minatar.py --race 5 --games Breakout-MinAtar # the README's time to a score
+    python benchmarks/minatar.py                                   # the curves of docs/results/pqn.md's table
+    python benchmarks/minatar.py --race 5 --games Breakout-MinAtar # docs/results/pqn.md's time to a score
     python benchmarks/minatar.py --games Breakout-MinAtar --pqn-steps 200000 --dqn-steps 20000
 
 Writes benchmarks/results/minatar.json (curves included) and prints a markdown table.

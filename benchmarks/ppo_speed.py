@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         ("(a) CartPole 4x128, PureJaxRL's computation (baseline)", bare, None, False),
         ("(a) CartPole 4x128, masked, metrics on", cartpole, None, True),
         ("(b) CartPole 64x128, masked, metrics on", ppo.PPOConfig.cartpole(total_steps=args.timesteps, num_envs=64), None, True),
-        ("(c) Vault 256x128 (seed config)", ppo.PPOConfig(total_steps=args.vault_timesteps), None, True),
+        ("(c) Vault 256x128 (the default PPOConfig)", ppo.PPOConfig(total_steps=args.vault_timesteps), None, True),
     ] + [(f"(d) CartPole 4x128, vmap {n} seeds", cartpole, n, True) for n in args.seeds]
 
     rows = []

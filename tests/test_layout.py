@@ -1,4 +1,4 @@
-"""The package's structure: layers, module size, one vocabulary, a README that matches the tree.
+"""The package's structure: layers, module size, one vocabulary, documentation that matches the tree.
 
 These checks read the source (ast, text); they import nothing from labcore and run in a second.
 """
@@ -148,6 +148,9 @@ OUTSIDE_REFERENCES = re.compile(
 
 def documented_files():
     yield REPO_ROOT / "README.md"
+    yield REPO_ROOT / "CHANGELOG.md"
+    docs = REPO_ROOT / "docs"
+    yield from sorted(path for path in docs.rglob("*.md") if "_build" not in path.relative_to(docs).parts)
     yield from MODULES
     yield from sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
     yield from sorted((REPO_ROOT / "benchmarks").glob("*.py"))
@@ -220,15 +223,21 @@ def test_every_config_uses_the_one_vocabulary():
     assert offenders == {}, f"rename to the shared name: {offenders}"
 
 
-def readme_section(title: str) -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+# The documentation pages that describe the tree and the configs (MyST Markdown, rendered by the site).
+ARCHITECTURE_PAGE = REPO_ROOT / "docs" / "guide" / "architecture.md"
+CONFIG_PAGE = REPO_ROOT / "docs" / "guide" / "config.md"
+
+
+def page_section(path, title: str) -> str:
+    """The ``## title`` section of a Markdown page, up to the next ``## `` heading."""
+    text = path.read_text()
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else len(text)]
 
 
-def test_the_readme_vocabulary_table_lists_every_shared_field():
-    section = readme_section("One config vocabulary")
+def test_the_config_page_vocabulary_table_lists_every_shared_field():
+    section = page_section(CONFIG_PAGE, "One config vocabulary")
     documented = set(re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE))
     shared = {}
     for cls in config_classes():
@@ -241,8 +250,8 @@ def test_the_readme_vocabulary_table_lists_every_shared_field():
         assert f"`{retired}`" in section, f"the table should say which name {retired!r} became"
 
 
-def test_the_readme_layout_lists_exactly_the_modules():
-    block = readme_section("Layout").split("```")[1]
+def test_the_architecture_page_layout_lists_exactly_the_modules():
+    block = page_section(ARCHITECTURE_PAGE, "Layout").split("```")[1]
     package_lines = block[block.index("\nlabcore/") : block.index("\ntests/")]
     # Paths are written relative to labcore/ (``agents/dqn/core.py``); a * stands for a family of modules.
     listed = set(re.findall(r"(?<![\w/.])((?:[\w*]+/)*[\w*]+\.py)\b", package_lines))
@@ -251,8 +260,8 @@ def test_the_readme_layout_lists_exactly_the_modules():
     files = {str(path.relative_to(PACKAGE)) for path in MODULES if not (is_package(path) and path.parent != PACKAGE)}
     unlisted = {name for name in files if not any(fnmatch.fnmatch(name, pattern) for pattern in listed)}
     missing = {pattern for pattern in listed if not any(fnmatch.fnmatch(name, pattern) for name in every_file)}
-    assert unlisted == set(), "modules missing from the README's layout"
-    assert missing == set(), "the README's layout lists modules that do not exist"
+    assert unlisted == set(), "modules missing from the layout in docs/guide/architecture.md"
+    assert missing == set(), "the layout in docs/guide/architecture.md lists modules that do not exist"
 
 
 # Importing gymnax starts JAX's backends. Only the gymnax environment classes may import it at
