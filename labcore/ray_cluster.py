@@ -15,7 +15,8 @@ server (GCS, raylets, workers, object managers, the runtime-env agent) to 127.0.
 machine can reach it. Ray itself advertises the machine's network address for a cluster started
 with ``_node_ip_address="127.0.0.1"`` on Linux; labcore instead starts the nodes as Ray does for a
 single machine without cluster support, whose servers listen on loopback only. A real cluster is
-started with ``ray start`` on the machines' private network (README, "Actors on other machines").
+started with ``ray start`` on the machines' private network (docs/guide/distributed.md, "Actors on
+other machines with Ray").
 
 The dashboard is off where labcore starts Ray (it needs ``ray[default]``, and it is one more
 server); actors' output goes to Ray's log files (``/tmp/ray/session_latest/logs``), not to the

@@ -1,7 +1,7 @@
 """Actors and a learner on Ray: the actor-learner DQN, in the style of Ape-X and Gorila.
 
     result = run(DQNConfig(env_id="CartPole-v1", total_steps=60_000), num_actors=2)            # this machine
-    result = run(config, num_actors=16, address="auto")      # the Ray cluster `ray start` runs (README)
+    result = run(config, num_actors=16, address="auto")      # the Ray cluster `ray start` runs (docs/guide/distributed.md)
 
 * **Actors** are Ray actors (``RolloutActor``), one process each, placed on the cluster's nodes
   (spread over them). Each steps ``envs_per_actor`` gymnax envs with a jitted epsilon-greedy
