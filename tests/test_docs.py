@@ -5,6 +5,7 @@ glossary term a page or notebook uses exists. The built site itself is checked i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pathlib
@@ -152,22 +153,32 @@ def test_every_lesson_links_its_api_and_every_link_resolves():
     assert set(lesson_api.LESSON_API) == {path.stem for path in NOTEBOOKS}
 
 
-def test_make_test_records_a_notebook_with_its_outputs(tmp_path):
-    """nbval runs a two-cell notebook with the recording plugin; the stored copy has the outputs."""
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# A notebook"),
-        nbformat.v4.new_code_cell("print('hello from the kernel')"),
-        nbformat.v4.new_code_cell("6 * 7"),
-    ])
+@contextlib.contextmanager
+def _recorded_run(tmp_path: pathlib.Path, stem: str, cells: list):
+    """nbval runs a notebook of `cells` with the recording plugin, quick budget, as `make test` does.
+
+    Yields the notebook, nbval's completed process and where a recorded run is stored (removed after).
+    """
+    notebook = nbformat.v4.new_notebook(cells=cells)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    name = f"zz_record_test_{os.getpid()}.ipynb"
-    nbformat.write(notebook, tmp_path / name)
-    stored = executed.stored_path(name, "quick")
+    path = tmp_path / f"{stem}_{os.getpid()}.ipynb"
+    nbformat.write(notebook, path)
+    stored = executed.stored_path(path.name, "quick")
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", str(tmp_path / name), "-p", "docs.tooling.record_outputs",
+            [sys.executable, "-m", "pytest", str(path), "-p", "docs.tooling.record_outputs",
              "--nbval-lax", "--nbval-current-env", "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"],
             cwd=REPO_ROOT, env={**os.environ, "LABCORE_QUICK": "1"}, capture_output=True, text=True, timeout=300)
+        yield notebook, result, stored
+    finally:
+        stored.unlink(missing_ok=True)
+
+
+def test_make_test_records_a_notebook_with_its_outputs(tmp_path):
+    """A two-cell notebook passes under nbval; the stored copy has its outputs and the run's facts."""
+    cells = [nbformat.v4.new_markdown_cell("# A notebook"), nbformat.v4.new_code_cell("print('hello from the kernel')"),
+             nbformat.v4.new_code_cell("6 * 7")]
+    with _recorded_run(tmp_path, "zz_record_test", cells) as (notebook, result, stored):
         assert result.returncode == 0, result.stdout + result.stderr
         run = nbformat.read(stored, as_version=4)
         first, second = (cell for cell in run.cells if cell.cell_type == "code")
@@ -176,22 +187,10 @@ def test_make_test_records_a_notebook_with_its_outputs(tmp_path):
         assert run.metadata["labcore"]["budget"] == "quick"
         assert run.metadata["labcore"]["code_sha256"] == executed.code_sha256(notebook)
         nbformat.validate(run)
-    finally:
-        stored.unlink(missing_ok=True)
 
 
 def test_a_notebook_with_a_failing_cell_is_not_recorded(tmp_path):
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('on purpose')")])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    name = f"zz_record_fail_{os.getpid()}.ipynb"
-    nbformat.write(notebook, tmp_path / name)
-    stored = executed.stored_path(name, "quick")
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", str(tmp_path / name), "-p", "docs.tooling.record_outputs",
-             "--nbval-lax", "--nbval-current-env", "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"],
-            cwd=REPO_ROOT, env={**os.environ, "LABCORE_QUICK": "1"}, capture_output=True, text=True, timeout=300)
+    cells = [nbformat.v4.new_code_cell("print('fine')"), nbformat.v4.new_code_cell("raise ValueError('on purpose')")]
+    with _recorded_run(tmp_path, "zz_record_fail", cells) as (_, result, stored):
         assert result.returncode != 0
         assert not stored.exists()
-    finally:
-        stored.unlink(missing_ok=True)

@@ -16,9 +16,9 @@ is not of its role.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import pathlib
+import pkgutil
 import sys
 from typing import Any
 
@@ -158,17 +158,8 @@ ROLES = ("class", "func", "mod")
 
 
 def resolve(path: str) -> Any:
-    """The object a dotted path names: the longest importable module, then attributes."""
-    parts = path.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attribute in parts[split:]:
-            obj = getattr(obj, attribute)
-        return obj
-    raise ImportError(f"no module in {path!r} imports")
+    """The object a dotted path names (the longest importable module, then its attributes)."""
+    return pkgutil.resolve_name(path)
 
 
 def problem(path: str, role: str) -> str | None:
@@ -179,7 +170,7 @@ def problem(path: str, role: str) -> str | None:
         return "a private name (the API reference documents public names only)"
     try:
         obj = resolve(path)
-    except (ImportError, AttributeError) as err:
+    except (ImportError, AttributeError, ValueError) as err:
         return f"does not resolve: {err}"
     if role == "mod":
         return None if inspect.ismodule(obj) else f"is a {type(obj).__name__}, not a module"
