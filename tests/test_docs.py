@@ -194,3 +194,26 @@ def test_a_notebook_with_a_failing_cell_is_not_recorded(tmp_path):
     with _recorded_run(tmp_path, "zz_record_fail", cells) as (_, result, stored):
         assert result.returncode != 0
         assert not stored.exists()
+
+
+api_docstrings = importlib.import_module("api_docstrings")
+
+
+def test_an_indented_example_becomes_a_literal_block():
+    lines = ["Train a run::", "", "Or in short:", "", "    runner = train(config)", "    print(runner)", "", "Done."]
+    rest = api_docstrings.to_rest(lines)
+    example = rest.index("    runner = train(config)")
+    assert rest[example - 2] in ("::", "Or in short::") and rest[example + 1] == "    print(runner)"
+    assert rest.count("Train a run::") == 1, "a paragraph already ending in :: is left alone"
+
+
+def test_argument_notes_become_parameter_fields_and_other_notes_a_definition_list():
+    rest = api_docstrings.to_rest(["Run it.", "", "run_dir: where the run goes", "seed: the first key"], {"run_dir", "seed"})
+    assert ":param run_dir: where the run goes" in rest and ":param seed: the first key" in rest
+    other = "\n".join(api_docstrings.to_rest(["Run it.", "", "obs: [B, 4] float32", "done: [B] bool"], {"config"}))
+    assert ":param" not in other and "obs" in other
+
+
+def test_shape_notes_and_norms_are_characters_not_markup():
+    (line,) = api_docstrings.to_rest(["sum_x |p(x) - q(x)| over [B, *obs_shape]; clip_grad_norm_ and ``a|b``"])
+    assert line == r"sum_x \|p(x) - q(x)\| over [B, \*obs_shape]; clip_grad_norm\_ and ``a|b``"
