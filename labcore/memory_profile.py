@@ -120,6 +120,10 @@ class MemoryProfile:
         ]
         return markdown_table(rows) if rows else "(no live allocations)"
 
+    def __repr__(self) -> str:
+        # One line for the text view a notebook saves beside the markdown table, not every sample.
+        return f"MemoryProfile({self.total_bytes / 2**20:.2f} MiB live in {len(self.allocations)} samples)"
+
     def _repr_markdown_(self) -> str:
         return f"**{self.total_bytes / 2**20:.2f} MiB live** in {len(self.allocations)} samples\n\n{self.table()}"
 

@@ -364,6 +364,11 @@ class Trace:
         ]
         return markdown_table(rows) if rows else f"(no {where or 'complete'} events)"
 
+    def __repr__(self) -> str:
+        # A run has hundreds of thousands of events: a notebook's text view (which Jupyter sends
+        # beside the markdown one, and saves) gets one line, not every event.
+        return f"Trace(path={str(self.path)!r}, events=<{len(self.events):,} events>)"
+
     def _repr_markdown_(self) -> str:
         split = self.host_vs_device()
         summary = (

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import pathlib
 import shutil
 
 import jax
@@ -145,6 +146,15 @@ def test_trace_kinds_and_nesting_on_hand_made_traces():
     ]
     gpu = profiling.Trace.from_chrome_trace({"traceEvents": gpu_meta + gpu_events})
     assert {e.name: e.kind for e in gpu.events} == {"fusion.2": "device", "launch": "host"}
+
+
+def test_a_trace_and_a_memory_profile_print_one_line_however_many_events():
+    """Jupyter saves a displayed object's text view beside its markdown one: it must stay short."""
+    event = profiling.TraceEvent("dot.1", 0.0, 1.0, 1, 20, "/host:CPU", "worker", {}, "device")
+    trace = profiling.Trace(pathlib.Path("run/trace.json.gz"), (event,) * 100_000)
+    assert repr(trace) == "Trace(path='run/trace.json.gz', events=<100,000 events>)"
+    memory = profiling.parse_memory_profile(b"")
+    assert repr(memory) == "MemoryProfile(0.00 MiB live in 0 samples)"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
