@@ -100,7 +100,7 @@ colab-sync: $(PACKAGE_STAMP)
 FULL ?=
 docs: $(PACKAGE_STAMP)
 	$(BIN)/python docs/tooling/lessons.py $(if $(filter 1 true yes,$(FULL)),--full,)
-	$(BIN)/python -m sphinx -b html -W --keep-going -q docs docs/_build/html
+	$(BIN)/python -m sphinx -b html -W --keep-going -q -d docs/_build/doctrees docs docs/_build/html
 	@echo "site: $(CURDIR)/docs/_build/html/index.html"
 
 # Every page of the built site in headless Chromium: console errors, links and anchors, images,
