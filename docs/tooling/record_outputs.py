@@ -58,10 +58,10 @@ def pytest_runtest_teardown(item, nextitem):
     path = _notebook_path(item)
     if nextitem is not None and _is_nbval_cell(nextitem) and _notebook_path(nextitem) == path:
         return
-    _write(path, item.parent.nb, time.monotonic() - _started.get(path, time.monotonic()))
+    _write(path, time.monotonic() - _started.get(path, time.monotonic()))
 
 
-def _write(path: pathlib.Path, run_notebook, seconds: float) -> None:
+def _write(path: pathlib.Path, seconds: float) -> None:
     cells = _results.pop(path, {})
     source = executed.nbformat.read(path, as_version=4)
     code_cells = [cell for cell in source.cells if cell.cell_type == "code"]
