@@ -45,6 +45,12 @@ def repo_root() -> pathlib.Path:
     return REPO_ROOT
 
 
+def outside_xdist() -> dict[str, str]:
+    """This process's environment without pytest-xdist's worker variables, for a pytest run a test
+    starts itself: under `make test`'s workers it would otherwise take their count for its own."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (Linux /proc), children first."""
     parents = {}

@@ -65,6 +65,7 @@ def test_jit_speedup_benchmark_runs_end_to_end(tmp_path):
     assert "| vector length |" in out.stdout
 
 
+@pytest.mark.end_to_end
 def test_gflownet_speed_benchmark_reports_every_trainer(tmp_path):
     script = REPO_ROOT / "benchmarks" / "gflownet_speed.py"
     out = subprocess.run(
@@ -81,6 +82,7 @@ def test_gflownet_speed_benchmark_reports_every_trainer(tmp_path):
     assert "| trainer |" in out.stdout
 
 
+@pytest.mark.end_to_end
 def test_device_updates_benchmark_times_ppo_in_both_dtypes_and_dqn(tmp_path):
     script = REPO_ROOT / "benchmarks" / "device_updates.py"
     out = subprocess.run(

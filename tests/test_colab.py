@@ -102,6 +102,7 @@ def _fresh_environment_seeing(site_packages: str, folder: pathlib.Path) -> pathl
 @pytest.mark.skipif(os.environ.get("LABCORE_EXPECT_INSTALLED") == "1",
                     reason="under make test-compat the environment running this test was itself made by the Colab "
                            "cell's install, and the fresh one would see that labcore through it")
+@pytest.mark.end_to_end
 def test_the_colab_cell_installs_labcore_from_git_into_a_fresh_environment(tmp_path):
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
                             check=True, capture_output=True, text=True).stdout.strip()

@@ -139,6 +139,7 @@ def summaries(result):
     return sorted(rows, key=lambda row: row["process"])
 
 
+@pytest.mark.end_to_end
 def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters(tmp_path):
     """2 processes x 2 devices, 1,900 updates: every chunk's parameters agree bit for bit across
     processes (train raises otherwise), the policy improves, only process 0 writes, a restart

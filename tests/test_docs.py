@@ -16,7 +16,7 @@ import sys
 import nbformat
 import pytest
 
-from conftest import NOTEBOOKS_DIR, REPO_ROOT
+from conftest import NOTEBOOKS_DIR, REPO_ROOT, outside_xdist
 
 sys.path.insert(0, str(REPO_ROOT / "docs" / "tooling"))
 executed = importlib.import_module("executed")
@@ -134,6 +134,15 @@ def test_a_lesson_page_has_its_header_under_the_title_and_the_run_s_outputs():
     assert [cell.source for cell in code] == [cell.source for cell in source.cells if cell.cell_type == "code"]
 
 
+def test_a_run_that_shared_the_cores_says_so():
+    name = NOTEBOOKS[0].name
+    alone = lessons.header(name, _stored_run(name, "quick").metadata["labcore"])
+    assert "at a time" not in alone
+    run = _stored_run(name, "quick")
+    executed.stamp(run, nbformat.read(NOTEBOOKS_DIR / name, as_version=4), "quick", 12.0, at_once=2)
+    assert "in a test run that executed 2 notebooks at a time" in lessons.header(name, run.metadata["labcore"])
+
+
 def test_a_full_run_says_so():
     name = NOTEBOOKS[0].name
     header = lessons.lesson_page(name, _stored_run(name, "full")).cells[1].source
@@ -155,7 +164,8 @@ def test_every_lesson_links_its_api_and_every_link_resolves():
 
 @contextlib.contextmanager
 def _recorded_run(tmp_path: pathlib.Path, stem: str, cells: list):
-    """nbval runs a notebook of `cells` with the recording plugin, quick budget, as `make test` does.
+    """nbval runs a notebook of `cells` with the recording plugin, quick budget, as `make test` does
+    (two pytest-xdist workers, each notebook whole in one of them).
 
     Yields the notebook, nbval's completed process and where a recorded run is stored (removed after).
     """
@@ -167,8 +177,9 @@ def _recorded_run(tmp_path: pathlib.Path, stem: str, cells: list):
     try:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", str(path), "-p", "docs.tooling.record_outputs",
-             "--nbval-lax", "--nbval-current-env", "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"],
-            cwd=REPO_ROOT, env={**os.environ, "LABCORE_QUICK": "1"}, capture_output=True, text=True, timeout=300)
+             "--nbval-lax", "--nbval-current-env", "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}",
+             "-n", "2", "--dist", "loadfile"],
+            cwd=REPO_ROOT, env={**outside_xdist(), "LABCORE_QUICK": "1"}, capture_output=True, text=True, timeout=300)
         yield notebook, result, stored
     finally:
         stored.unlink(missing_ok=True)
@@ -184,7 +195,7 @@ def test_make_test_records_a_notebook_with_its_outputs(tmp_path):
         first, second = (cell for cell in run.cells if cell.cell_type == "code")
         assert first.outputs[0]["text"] == "hello from the kernel\n" and first.execution_count == 1
         assert second.outputs[0]["data"]["text/plain"] == "42" and second.execution_count == 2
-        assert run.metadata["labcore"]["budget"] == "quick"
+        assert run.metadata["labcore"]["budget"] == "quick" and run.metadata["labcore"]["at_once"] == 2
         assert run.metadata["labcore"]["code_sha256"] == executed.code_sha256(notebook)
         nbformat.validate(run)
 

@@ -75,6 +75,7 @@ def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
     assert (tmp_path / "metrics.csv").read_text().splitlines()[0].startswith("step,episodes,episode_return")
 
 
+@pytest.mark.end_to_end
 def test_cartpole_learns_and_checkpoint_evaluates(tmp_path):
     config = dqn.DQNConfig(total_steps=20_000, learning_starts=2_000, exploration_fraction=0.3, seed=0)
     random_policy = np.mean(dqn_loop.evaluate(config, dqn_loop.train(dataclasses.replace(config, total_steps=10), progress=False).train_state.params, epsilon=1.0))
@@ -87,6 +88,7 @@ def test_cartpole_learns_and_checkpoint_evaluates(tmp_path):
     assert greedy > 3 * random_policy, (greedy, random_policy)
 
 
+@pytest.mark.end_to_end
 def test_breakout_pipeline_learns_checkpoints_and_evaluates(tmp_path):
     config = dqn.DQNConfig.atari_short(total_steps=600, learning_starts=200, buffer_size=1_000, target_update_frequency=100)
     result = dqn_loop.train(config, run_dir=tmp_path, progress=False)

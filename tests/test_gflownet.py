@@ -201,6 +201,7 @@ def test_config_names_the_bad_field():
             GFlowNetConfig(**{field: value})
 
 
+@pytest.mark.end_to_end
 def test_pytorch_trainer_learns_the_2d_grid():
     """TB, all PyTorch, D=2/H=8: L1 (sum form) of the recent samples falls well below its start."""
     from labcore.agents.gflownet.core import GFlowNetConfig
@@ -338,6 +339,7 @@ def test_jax_trainer_vmaps_over_seeds():
         np.testing.assert_allclose(np.asarray(together[i]), np.asarray(alone), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("loss", ["tb", "db", "fl", "subtb", "fm"])
 def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
     """D=2/H=8, the all-JAX trainer, 2,000 iterations of 16 trajectories: the L1 (sum form) of the

@@ -307,6 +307,7 @@ def test_evaluate_plays_greedily_without_learning(runs):
 # Learning
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("mode", ["jax_fused", "pytorch"])
 def test_learning_gems_per_epoch_rise(mode):
     """300 epochs of the small config: gems per epoch over the last 20% of epochs clearly above the

@@ -223,6 +223,7 @@ def test_ppo_learns_cartpole():
     assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 150, returns
 
 
+@pytest.mark.end_to_end
 def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     from labcore.agents.ppo import run as ppo_run
 
@@ -262,6 +263,7 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
         ppo_run.train(config, earlier, progress=False)  # now it holds the straight run
 
 
+@pytest.mark.end_to_end
 def test_bfloat16_compute_learns_cartpole_with_float32_parameters():
     """compute_dtype='bfloat16': matmuls in bfloat16, parameters, optimizer state and loss in float32."""
     config = ppo.PPOConfig.cartpole(total_steps=100_000, compute_dtype="bfloat16")

@@ -135,6 +135,7 @@ def test_callback_metrics_and_vmap_over_seeds_equals_seeds_one_at_a_time():
     assert not np.allclose(*[np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(together.params)[0]])  # two seeds differ
 
 
+@pytest.mark.end_to_end
 def test_pqn_learns_cartpole():
     """PQN's default CartPole settings: 500k steps (about 10 s here), from random play (~22) to
     a greedy policy that balances for most of the 500-step limit; the training return (epsilon
@@ -177,6 +178,7 @@ def test_targets_of_a_real_rollout_bootstrap_a_time_limit_and_not_a_terminal_sta
         np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.end_to_end
 def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     from labcore.agents.pqn import run as pqn_run
 
@@ -200,6 +202,7 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
         pqn_run.train(small_cartpole(seed=1), interrupted, resume=True, progress=False)
 
 
+@pytest.mark.end_to_end
 def test_train_pqn_cli_writes_a_results_folder_then_evaluates(tmp_path, capsys):
     run = tmp_path / "run"
     flags = ["--total-steps", "81920", "--log-every", "5", "--checkpoint-every", "20", "--eval-episodes", "8"]
@@ -227,6 +230,7 @@ def test_published_curves_interpolate_and_never_extrapolate():
     assert all(frames % 1_000_000 == 0 for frames, _, _ in published.DOPAMINE_BREAKOUT_DQN)
 
 
+@pytest.mark.end_to_end
 def test_curves_of_the_jitted_dqn_and_pqn_side_by_side():
     """On CartPole (the MinAtar presets run in notebook 09 under nbval; their fields are checked here)."""
     from labcore import curves

@@ -222,6 +222,7 @@ def test_bad_settings_and_addresses_fail_before_any_actor_starts(cluster):
     assert "error: no Ray head node answers at 127.0.0.1:1" in finished.stderr and "Traceback" not in finished.stderr
 
 
+@pytest.mark.end_to_end
 def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluster, tmp_path):
     """The learner is the command line's process on its own one-node Ray (as on a laptop); it is
     killed after its first checkpoint, its Ray stops, and the run resumes on the two-node cluster."""

@@ -280,6 +280,7 @@ def same_but_time(a: dict, b: dict, timing=("time", "steps_per_second", "seconds
     return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
 
 
+@pytest.mark.end_to_end
 def test_ppo_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
     updates, log_every = 80, 2
 
@@ -297,6 +298,7 @@ def test_ppo_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
     assert json.loads((run_path / "summary.json").read_text())["timesteps"] == 4 * 32 * last
 
 
+@pytest.mark.end_to_end
 def test_dqn_host_loop_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
     steps, log_every = 6_000, 250
 
@@ -316,6 +318,7 @@ def test_dqn_host_loop_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
     assert json.loads((run_path / "summary.json").read_text())["steps"] == last
 
 
+@pytest.mark.end_to_end
 def test_data_parallel_dqn_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
     steps, log_every, learning_starts = 3_000, 200, 500  # per device; 20 updates per chunk
 

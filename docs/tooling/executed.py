@@ -99,8 +99,13 @@ def commit() -> str | None:
     return result.stdout.strip() or None
 
 
-def stamp(notebook: nbformat.NotebookNode, source: nbformat.NotebookNode, budget: str, seconds: float) -> None:
-    """Write the run's facts into `notebook`'s metadata; `source` is the committed notebook."""
+def stamp(notebook: nbformat.NotebookNode, source: nbformat.NotebookNode, budget: str, seconds: float,
+          at_once: int = 1) -> None:
+    """Write the run's facts into `notebook`'s metadata; `source` is the committed notebook.
+
+    at_once: how many notebooks the run executed at a time on the machine's cores (``make test``
+    runs one per pytest-xdist worker): ``seconds`` was measured with that many sharing them.
+    """
     notebook.metadata["labcore"] = {
         "budget": budget,
         "code_sha256": code_sha256(source),
@@ -108,6 +113,7 @@ def stamp(notebook: nbformat.NotebookNode, source: nbformat.NotebookNode, budget
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit(),
         "seconds": round(seconds, 1),
+        "at_once": at_once,
     }
 
 

@@ -71,6 +71,10 @@ def _seconds(value: float) -> str:
     return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
 
 
+def _at_once(count: int) -> str:
+    return f", in a test run that executed {count} notebooks at a time" if count > 1 else ""
+
+
 def header(name: str, facts: dict) -> str:
     """The markdown of the cell each lesson page gets under its title."""
     colab = site_facts.colab_url(name)
@@ -84,7 +88,7 @@ def header(name: str, facts: dict) -> str:
         "",
         f"The outputs on this page come from {BUDGET_WORDS[facts['budget']]}, executed on "
         f"{facts['machine']}, on {facts['date']}{commit}; the whole notebook took "
-        f"{_seconds(facts['seconds'])} there.",
+        f"{_seconds(facts['seconds'])} there{_at_once(facts.get('at_once', 1))}.",
     ]
     api = lesson_api.LESSON_API.get(pathlib.Path(name).stem, [])
     if api:
