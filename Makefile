@@ -28,7 +28,8 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 CELL_TIMEOUT ?= 3600
 # Test processes at a time (pytest-xdist workers): the unit tests go out a module at a time and the
 # notebooks a notebook at a time. On the 2-core reference machine 2 workers keep both cores busy
-# (one pytest process uses about 1.1 of them) and take about two thirds of the time of one.
+# (one pytest process uses about 1.1 of them) and take about two thirds of the time of one. The
+# tests marked several_processes (multi-process launches, Ray clusters) run afterwards, alone.
 TEST_WORKERS ?= 2
 XDIST_UNIT := -n $(TEST_WORKERS) --dist loadscope
 XDIST_NOTEBOOKS := -n $(TEST_WORKERS) --dist loadfile
@@ -60,9 +61,10 @@ lab: $(PACKAGE_STAMP)
 # run also records each passing notebook with its outputs for the site (docs/tooling/record_outputs.py),
 # so `make docs` renders this execution instead of running the notebooks again.
 test: $(PACKAGE_STAMP)
-	$(BIN)/python -m pytest tests $(XDIST_UNIT) --durations=10; tests=$$?; \
+	$(BIN)/python -m pytest tests $(XDIST_UNIT) -m "not several_processes" --durations=10; shared=$$?; \
+	$(BIN)/python -m pytest tests -m several_processes --durations=5; alone=$$?; \
 	$(BIN)/python -m pytest notebooks $(XDIST_NOTEBOOKS) -p docs.tooling.record_outputs --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
-	notebooks=$$?; test $$tests -eq 0 && test $$notebooks -eq 0
+	notebooks=$$?; test $$shared -eq 0 && test $$alone -eq 0 && test $$notebooks -eq 0
 
 doctor: $(PACKAGE_STAMP)
 	$(BIN)/python -m labcore doctor
@@ -76,8 +78,9 @@ doctor: $(PACKAGE_STAMP)
 # The unit tests marked end_to_end (whole learning runs, kill-and-resume in new processes,
 # multi-process launches, benchmark scripts: a quarter of the tests' time for 1 in 40 tests) run in
 # `make test` only: the APIs they call have faster tests here too, and every notebook, run here in
-# full, trains its algorithm end to end on this stack. `make test-compat COMPAT_SELECT=` runs them too.
-COMPAT_SELECT ?= -m "not end_to_end"
+# full, trains its algorithm end to end on this stack. `make test-compat COMPAT_SKIP=` runs them too.
+COMPAT_SKIP ?= end_to_end
+COMPAT_AND := $(if $(strip $(COMPAT_SKIP)), and not ($(COMPAT_SKIP)),)
 COMPAT_VENV := .venv-compat
 COMPAT_BIN := $(COMPAT_VENV)/bin
 COMPAT_STAMP := $(COMPAT_VENV)/.installed
@@ -97,9 +100,10 @@ test-compat: $(COMPAT_STAMP)
 	$(COMPAT_BIN)/python colab/cell.py install --python $(CURDIR)/$(COMPAT_BIN)/python --source "git+file://$(CURDIR)@$$(git rev-parse HEAD)"
 	@run=$$(mktemp -d -t labcore-compat-XXXXXX); cp notebooks/*.ipynb $$run/; cd $$run; \
 	echo "test-compat: running from $$run with $$($(CURDIR)/$(COMPAT_BIN)/python -c 'import jax, labcore; print("jax", jax.__version__, "and labcore from", labcore.__file__)')"; \
-	LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests $(XDIST_UNIT) $(COMPAT_SELECT) -p no:cacheprovider --durations=10; tests=$$?; \
+	LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests $(XDIST_UNIT) -m "not several_processes$(COMPAT_AND)" -p no:cacheprovider --durations=10; shared=$$?; \
+	LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests -m "several_processes$(COMPAT_AND)" -p no:cacheprovider --durations=5; alone=$$?; \
 	$(CURDIR)/$(COMPAT_BIN)/python -m pytest *.ipynb $(XDIST_NOTEBOOKS) -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
-	notebooks=$$?; cd $(CURDIR); rm -rf $$run; test $$tests -eq 0 && test $$notebooks -eq 0
+	notebooks=$$?; cd $(CURDIR); rm -rf $$run; test $$shared -eq 0 && test $$alone -eq 0 && test $$notebooks -eq 0
 
 # After editing colab/setup_cell.py (a fork, a new release tag): write it into every notebook's
 # first cell, the Colab badges and colab/README.md.

@@ -10,6 +10,10 @@ import pytest
 
 from labcore import distributed
 
+# Several busy processes at once, with timeouts that assume the cores are theirs: `make test` runs
+# these alone, after the tests that share the cores between two pytest workers.
+pytestmark = pytest.mark.several_processes
+
 
 def python(script: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(script)]

@@ -19,6 +19,10 @@ from labcore import ray_cluster
 from labcore.agents.dqn import actor_learner
 from labcore.agents.dqn import core as dqn
 
+# Several busy processes at once, with timeouts that assume the cores are theirs: `make test` runs
+# these alone, after the tests that share the cores between two pytest workers.
+pytestmark = pytest.mark.several_processes
+
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 

@@ -319,6 +319,7 @@ def test_dqn_host_loop_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
 
 
 @pytest.mark.end_to_end
+@pytest.mark.several_processes
 def test_data_parallel_dqn_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
     steps, log_every, learning_starts = 3_000, 200, 500  # per device; 20 updates per chunk
 
