@@ -2,8 +2,9 @@
 #   make lab    build .venv from requirements.txt if needed, then open JupyterLab on notebooks/
 #   make test   build the same .venv, then run the unit tests and every notebook (nbval)
 # With CI=true, `make test` sets LABCORE_QUICK=1, which shrinks every training budget.
-#   make test-compat  the same tests and notebooks on the oldest stack pyproject.toml allows, with
-#                     labcore installed as the Colab cell installs it (CI runs it after make test)
+#   make test-compat  every notebook on the oldest stack pyproject.toml allows, with labcore
+#                     installed as the Colab cell installs it (CI runs it after make test);
+#                     COMPAT_UNIT=1 runs the unit tests there too
 #   make docs   build the site into docs/_build/html: every lesson with the outputs `make test`
 #               recorded (a notebook with no recorded run, or whose code changed since, runs once)
 #   make docs FULL=1   the same with full-budget outputs, re-running only notebooks whose code changed
@@ -75,12 +76,16 @@ doctor: $(PACKAGE_STAMP)
 # checkout's commit in place of GitHub): non-editable, so only what the package ships is there.
 # The unit tests and every notebook then run from a temporary folder outside the repository, so
 # nothing can be imported or read from the checkout (tests/conftest.py refuses a labcore that was).
-# The unit tests marked end_to_end (whole learning runs, kill-and-resume in new processes,
-# multi-process launches, benchmark scripts: a quarter of the tests' time for 1 in 40 tests) run in
-# `make test` only: the APIs they call have faster tests here too, and every notebook, run here in
-# full, trains its algorithm end to end on this stack. `make test-compat COMPAT_SKIP=` runs them too.
+# By default it runs every notebook there: each trains its algorithm end to end through labcore's
+# drivers, checkpoints and evaluation, in the package as installed. `make test-compat COMPAT_UNIT=1`
+# runs the unit tests there first (a quarter of an hour more on the 2-core reference machine, which
+# CI's time limit does not leave room for beside `make test`), less those marked end_to_end (whole
+# learning runs, kill-and-resume in new processes, multi-process launches, benchmark scripts), whose
+# APIs faster tests cover; `COMPAT_UNIT=1 COMPAT_SKIP=` runs those too.
+COMPAT_UNIT ?=
 COMPAT_SKIP ?= end_to_end
 COMPAT_AND := $(if $(strip $(COMPAT_SKIP)), and not ($(COMPAT_SKIP)),)
+COMPAT_RUN_UNIT := $(filter 1 true yes,$(COMPAT_UNIT))
 COMPAT_VENV := .venv-compat
 COMPAT_BIN := $(COMPAT_VENV)/bin
 COMPAT_STAMP := $(COMPAT_VENV)/.installed
@@ -100,8 +105,9 @@ test-compat: $(COMPAT_STAMP)
 	$(COMPAT_BIN)/python colab/cell.py install --python $(CURDIR)/$(COMPAT_BIN)/python --source "git+file://$(CURDIR)@$$(git rev-parse HEAD)"
 	@run=$$(mktemp -d -t labcore-compat-XXXXXX); cp notebooks/*.ipynb $$run/; cd $$run; \
 	echo "test-compat: running from $$run with $$($(CURDIR)/$(COMPAT_BIN)/python -c 'import jax, labcore; print("jax", jax.__version__, "and labcore from", labcore.__file__)')"; \
-	LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests $(XDIST_UNIT) -m "not several_processes$(COMPAT_AND)" -p no:cacheprovider --durations=10; shared=$$?; \
-	LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests -m "several_processes$(COMPAT_AND)" -p no:cacheprovider --durations=5; alone=$$?; \
+	shared=0; alone=0; \
+	$(if $(COMPAT_RUN_UNIT),LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests $(XDIST_UNIT) -m "not several_processes$(COMPAT_AND)" -p no:cacheprovider --durations=10; shared=$$?; \
+	LABCORE_EXPECT_INSTALLED=1 $(CURDIR)/$(COMPAT_BIN)/python -m pytest $(CURDIR)/tests -m "several_processes$(COMPAT_AND)" -p no:cacheprovider --durations=5; alone=$$?;) \
 	$(CURDIR)/$(COMPAT_BIN)/python -m pytest *.ipynb $(XDIST_NOTEBOOKS) -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
 	notebooks=$$?; cd $(CURDIR); rm -rf $$run; test $$shared -eq 0 && test $$alone -eq 0 && test $$notebooks -eq 0
 

@@ -29,7 +29,7 @@ os.environ["XLA_FLAGS"] = " ".join(
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
-# `make test-compat` runs these tests against labcore installed as the Colab cell installs it. If
+# `make test-compat COMPAT_UNIT=1` runs these tests against labcore installed as the Colab cell installs it. If
 # labcore came from this checkout instead (an editable install, or the repository on sys.path),
 # the run would prove nothing about the installed package: refuse it.
 if os.environ.get("LABCORE_EXPECT_INSTALLED") == "1":
