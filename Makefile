@@ -27,13 +27,16 @@ LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Longest a single notebook cell may run before nbval fails it (seconds).
 CELL_TIMEOUT ?= 3600
-# Test processes at a time (pytest-xdist workers): the unit tests go out a module at a time and the
-# notebooks a notebook at a time. On the 2-core reference machine 2 workers keep both cores busy
-# (one pytest process uses about 1.1 of them) and take about two thirds of the time of one. The
-# tests marked several_processes (multi-process launches, Ray clusters) run afterwards, alone.
+# Test processes at a time (pytest-xdist workers). The unit tests go out a module at a time to
+# TEST_WORKERS workers; those marked several_processes (multi-process launches, Ray clusters) run
+# afterwards, alone. The notebooks go out a notebook at a time to NOTEBOOK_WORKERS workers. On the
+# 2-core reference machine two workers ran those unit tests in 20.5 min (one process: about 22, in
+# an earlier run), and two notebooks at a time were no faster than one (each took 1.4 to 3 times as
+# long: a kernel keeps both cores busy), so the notebooks run one at a time; more cores, more workers.
 TEST_WORKERS ?= 2
+NOTEBOOK_WORKERS ?= 1
 XDIST_UNIT := -n $(TEST_WORKERS) --dist loadscope
-XDIST_NOTEBOOKS := -n $(TEST_WORKERS) --dist loadfile
+XDIST_NOTEBOOKS := -n $(NOTEBOOK_WORKERS) --dist loadfile
 
 .PHONY: lab test test-compat venv doctor colab-sync docs docs-check
 
