@@ -164,8 +164,9 @@ def test_every_lesson_links_its_api_and_every_link_resolves():
 
 @contextlib.contextmanager
 def _recorded_run(tmp_path: pathlib.Path, stem: str, cells: list):
-    """nbval runs a notebook of `cells` with the recording plugin, quick budget, as `make test` does
-    (two pytest-xdist workers, each notebook whole in one of them).
+    """nbval runs a notebook of `cells` with the recording plugin, quick budget, as `make test` does,
+    under two pytest-xdist workers (`make test NOTEBOOK_WORKERS=2`; the default is one), so the
+    recorder is checked where each notebook runs whole in a worker process.
 
     Yields the notebook, nbval's completed process and where a recorded run is stored (removed after).
     """
