@@ -11,6 +11,7 @@
     python -m labcore eval ppo --checkpoint runs/vault [--episodes 100]
     python -m labcore train pqn --preset minatar --env Breakout-MinAtar --total-steps 2000000 --run-dir runs/pqn
     python -m labcore eval pqn --checkpoint runs/pqn [--episodes 100]
+    python -m labcore train dqn-scan --env CartPole-v1 --total-steps 100000 --run-dir runs/dqn-scan [--resume]
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
     python -m labcore train gflownet --trainer hybrid --loss tb --ndim 4 --height 8 --iterations 2000
     python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
@@ -19,7 +20,7 @@
     python -m labcore eval iqn --checkpoint runs/iqn --epochs 10
 
 Every field of DQNConfig, PPOConfig, PQNConfig and GFlowNetConfig, and every flat field of IQNRunConfig
-(its own, its world's and its agents'), is a flag of ``train dqn``, ``train ppo``, ``train pqn``,
+(its own, its world's and its agents'), is a flag of ``train dqn`` and ``train dqn-scan``, ``train ppo``, ``train pqn``,
 ``train gflownet`` and ``train iqn`` (``--help`` lists them with their defaults).
 Every ``train`` command with ``--run-dir`` also writes its metrics as TensorBoard event files there
 (``--no-tensorboard``: not); ``tensorboard --logdir runs`` then shows every run folder below runs/.
@@ -73,30 +74,23 @@ def build_parser() -> argparse.ArgumentParser:
                            help="starting configuration: the default PPOConfig (masked Vault), or PureJaxRL's CartPole")
     _add_config_flags(train_ppo, "PPOConfig")
     _add_auto_tune_flag(train_ppo, "num_envs / num_steps / hidden_size")
-    train_ppo.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
-    train_ppo.add_argument("--log-every", type=_positive_int, default=10, help="updates between metric rows")
-    train_ppo.add_argument("--checkpoint-every", type=_positive_int, default=None,
-                           help="updates between checkpoints (default: one, at the end)")
-    train_ppo.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
-    train_ppo.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    _add_loop_flags(train_ppo, log_every=10)
     train_ppo.add_argument("--eval-episodes", type=_positive_int, default=64, help="greedy episodes at the end")
-    train_ppo.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_tensorboard_flag(train_ppo)
 
     train_pqn = train.add_parser("pqn", help="PQN (no replay, no target network) on a gymnax env (all on device)")
     train_pqn.add_argument("--preset", choices=("default", "cartpole", "minatar"), default="default",
                            help="starting configuration: CartPole (the default), or the PQN paper's MinAtar settings")
     _add_config_flags(train_pqn, "PQNConfig")
     _add_auto_tune_flag(train_pqn, "num_envs / num_steps / hidden_sizes")
-    train_pqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
-    train_pqn.add_argument("--log-every", type=_positive_int, default=10, help="updates between metric rows")
-    train_pqn.add_argument("--checkpoint-every", type=_positive_int, default=None,
-                           help="updates between checkpoints (default: one at the end)")
-    train_pqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
-    train_pqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    _add_loop_flags(train_pqn, log_every=10)
     train_pqn.add_argument("--no-eval", action="store_true", help="no evaluation episodes at the end")
-    train_pqn.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_tensorboard_flag(train_pqn)
+
+    train_scan = train.add_parser("dqn-scan", help="DQN on a gymnax env, all of training one jitted program")
+    train_scan.add_argument("--preset", choices=("default", "minatar"), default="default",
+                            help="starting configuration that the other flags override")
+    _add_config_flags(train_scan)
+    _add_loop_flags(train_scan, log_every=100, update="train_frequency agent steps and one gradient step")
+    train_scan.add_argument("--no-eval", action="store_true", help="no evaluation episodes at the end")
 
     train_al = train.add_parser("dqn-actor-learner",
                                 help="DQN with Ray actors feeding one learner: this machine, or a Ray cluster (--address)")
@@ -173,6 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
     # fit the saved parameters is an error); the training-only fields are not flags here.
     _add_config_flags(eval_iqn, "IQNRunConfig", exclude=_IQN_TRAINING_ONLY)
     return parser
+
+
+def _add_loop_flags(parser: argparse.ArgumentParser, log_every: int, update: str = "a rollout and its epochs") -> None:
+    """The flags of a run on the shared driver (labcore.loop.train), which counts in updates."""
+    parser.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
+    parser.add_argument("--log-every", type=_positive_int, default=log_every,
+                        help=f"updates between metric rows (an update: {update})")
+    parser.add_argument("--checkpoint-every", type=_positive_int, default=None,
+                        help="updates between checkpoints (default: one, at the end)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --run-dir")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_tensorboard_flag(parser)
 
 
 def _add_tensorboard_flag(parser: argparse.ArgumentParser) -> None:
@@ -374,15 +381,23 @@ def _eval_iqn(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_ppo(args: argparse.Namespace) -> int:
-    from labcore.agents.ppo import run as ppo_run
+def _train_on_loop(args: argparse.Namespace) -> int:
+    """train ppo | pqn | dqn-scan: the algorithms on the shared driver (labcore.loop.train)."""
+    import functools
+    import importlib
 
-    config = _auto_tuned(args, _config_from(args, "PPOConfig"))
+    from labcore import loop
+
+    module, config_class = {"ppo": ("ppo.run", "PPOConfig"), "pqn": ("pqn.run", "PQNConfig"),
+                            "dqn-scan": ("dqn.scan", "DQNConfig")}[args.agent]
+    program = importlib.import_module(f"labcore.agents.{module}").make_program
+    if args.agent == "ppo":
+        program = functools.partial(program, eval_episodes=args.eval_episodes)
+    config = _auto_tuned(args, _config_from(args, config_class))
     print(config)
-    result = ppo_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
-                           checkpoint_every=args.checkpoint_every, resume=args.resume,
-                           progress=not args.no_progress, eval_episodes=args.eval_episodes, overwrite=args.overwrite,
-                           tensorboard=args.tensorboard)
+    result = loop.train(config, program, args.run_dir, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
+                        resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                        tensorboard=args.tensorboard, evaluate=not getattr(args, "no_eval", False))
     print(json.dumps(result.summary))
     return 0
 
@@ -401,25 +416,13 @@ def _eval_ppo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_pqn(args: argparse.Namespace) -> int:
-    from labcore.agents.pqn import run as pqn_run
-
-    config = _auto_tuned(args, _config_from(args, "PQNConfig"))
-    print(config)
-    result = pqn_run.train(config, run_dir=args.run_dir, log_every=args.log_every,
-                           checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
-                           overwrite=args.overwrite, tensorboard=args.tensorboard, evaluate=not args.no_eval)
-    print(json.dumps(result.summary))
-    return 0
-
-
 def _eval_pqn(args: argparse.Namespace) -> int:
     from labcore.agents.pqn import core as pqn
     from labcore.agents.pqn import run as pqn_run
 
     config, runner = pqn_run.load_checkpoint(args.checkpoint, args.step)
     config = dataclasses.replace(config, eval_episodes=args.episodes, eval_epsilon=args.epsilon)
-    summary = pqn_run.evaluate_returns(pqn.make_pqn(config), runner.params, seed=args.seed)
+    summary = pqn_run.evaluate(pqn.make_pqn(config), runner.params, seed=args.seed)
     print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), **summary}))
     return 0
 
@@ -453,13 +456,17 @@ def main(argv: list[str] | None = None) -> int:
         distributed.initialize()
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
-        commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_ppo,
-                    ("eval", "ppo"): _eval_ppo, ("train", "pqn"): _train_pqn, ("eval", "pqn"): _eval_pqn,
+        from labcore import runs
+
+        commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_on_loop,
+                    ("eval", "ppo"): _eval_ppo, ("train", "pqn"): _train_on_loop, ("eval", "pqn"): _eval_pqn,
                     ("train", "gflownet"): _train_gflownet, ("train", "iqn"): _train_iqn,
-                    ("eval", "iqn"): _eval_iqn, ("train", "dqn-actor-learner"): _train_dqn_actor_learner}
+                    ("eval", "iqn"): _eval_iqn, ("train", "dqn-actor-learner"): _train_dqn_actor_learner,
+                    ("train", "dqn-scan"): _train_on_loop}
         try:
             return commands[args.command, args.agent](args)
-        except (ValueError, FileNotFoundError, FileExistsError, ConnectionError) as error:  # bad config, env or address: one line
+        except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, ConnectionError,
+                runs.DamagedCheckpoints) as error:  # bad config, env, folder or address: one line
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.command == "launch":

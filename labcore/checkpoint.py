@@ -52,6 +52,14 @@ def latest_step(directory: str | os.PathLike) -> int | None:
         return manager.latest_step()
 
 
+def all_steps(directory: str | os.PathLike) -> list[int]:
+    """Every checkpoint step in ``directory``, oldest first ([] if there is none)."""
+    if not Path(directory).exists():
+        return []
+    with _manager(directory) as manager:
+        return sorted(manager.all_steps())
+
+
 def restore_metadata(directory: str | os.PathLike, step: int | None = None) -> dict[str, Any]:
     """Only the JSON metadata of checkpoint ``step`` (default: the newest)."""
     with _manager(directory) as manager:

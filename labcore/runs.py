@@ -16,10 +16,11 @@ A run folder holds:
     summary.json        the finished run's numbers
 
 Opening a folder that holds an earlier run is refused unless ``overwrite`` (which deletes that
-run's files, and only those) or ``resume`` is set. Resuming checks that the newest checkpoint was
-written with the same config, then cuts the metrics back to that checkpoint: the rows a killed run
-logged after its last checkpoint are dropped, because the resumed run logs those steps again, so
-the files read as one uninterrupted run. That needs each row's ``step_key`` in the units of the
+run's files, and only those) or ``resume`` is set. Resuming restores the newest intact checkpoint
+(``RunDir.open(..., resume=True, like=state)``; a damaged one is named in one line, moved to
+``damaged-checkpoints/`` and the one before it tried), checks that it was written with the same
+config, then cuts the metrics back to it: the rows a killed run logged after its last checkpoint are
+dropped, because the resumed run logs those steps again, so the files read as one uninterrupted run. That needs each row's ``step_key`` in the units of the
 checkpoint steps (updates, agent steps, epochs...). The TensorBoard event files are then rebuilt
 from the cut JSONL (labcore.logging.rebuild_tensorboard): a killed writer may not have written its
 last points out, so its files cannot simply be cut and appended to.
@@ -37,6 +38,7 @@ import io
 import json
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,12 @@ CONFIG_NAME = "config.json"
 SUMMARY_NAME = "summary.json"
 PLOT_NAME = "metrics.png"
 CHECKPOINTS_NAME = "checkpoints"
+DAMAGED_NAME = "damaged-checkpoints"
 RUN_FILES = (CONFIG_NAME, JSONL_NAME, CSV_NAME, PLOT_NAME, SUMMARY_NAME, CHECKPOINTS_NAME)
+
+
+class DamagedCheckpoints(RuntimeError):
+    """A resume found checkpoints, and none of them restores."""
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -68,17 +75,20 @@ class RunDir:
 
     Build it with ``RunDir.open``. Attributes: ``path`` (None: in memory), ``checkpoints`` (the
     checkpoint folder, None in memory), ``resume_step`` (the checkpoint step a resumed run starts
-    from, else None), ``logger`` (the MetricsLogger; ``rows`` are its rows), ``primary`` (whether
-    this process writes the folder).
+    from, else None), ``restored`` (a resumed run's ``(state, metadata)`` from that checkpoint, else
+    None), ``logger`` (the MetricsLogger; ``rows`` are its rows), ``primary`` (whether this process
+    writes the folder).
     """
 
     def __init__(self, path: Path | None, step_key: str, resume_step: int | None, logger: MetricsLogger,
-                 primary: bool = True):
+                 primary: bool = True, restored: tuple[Any, dict[str, Any]] | None = None):
         self.path = path
         self.step_key = step_key
         self.resume_step = resume_step
         self.logger = logger
         self.primary = primary
+        self.restored = restored
+        self._resume_with: tuple[Any, bool] | None = None  # (config, tensorboard) until restore()
 
     @classmethod
     def open(
@@ -91,18 +101,21 @@ class RunDir:
         overwrite: bool = False,
         primary: bool = True,
         tensorboard: bool = True,
+        like: Any = None,
     ) -> RunDir:
         """Prepare ``path`` for a run of ``config`` (a dataclass or a mapping of its fields).
 
-        resume: continue the run in ``path``; it must hold a checkpoint (else FileNotFoundError)
-        whose metadata "config", where it has one, equals ``config`` (else ValueError, naming the
-        fields that differ). Rows of metrics.jsonl and metrics.csv whose ``step_key`` is past that
-        checkpoint's step are removed. Without resume, a folder holding any of RUN_FILES is
-        refused (FileExistsError) unless ``overwrite``, which deletes those files (and the
-        TensorBoard event files). config.json is written either way. tensorboard: also write the
-        rows as TensorBoard event files (a resumed run's are rebuilt from its cut JSONL; without
-        tensorboard, a resume removes them). primary=False (the other processes of a multi-process
-        run): read the checkpoint step, write nothing, keep rows in memory.
+        resume: continue the run in ``path`` from its newest intact checkpoint, which ``restore``
+        (called here when ``like`` is given) reads back; until then nothing is written and
+        ``log`` refuses. The newest checkpoint's metadata "config", where it has one, must equal
+        ``config`` (else ValueError, naming the fields that differ); no checkpoint is a
+        FileNotFoundError. Without resume, a folder holding any of RUN_FILES is refused
+        (FileExistsError) unless ``overwrite``, which deletes those files (and the TensorBoard event
+        files). A ``path`` that is a file is refused (NotADirectoryError). config.json is written
+        either way. tensorboard: also write the rows as TensorBoard event files (a resumed run's are
+        rebuilt from its cut JSONL; without tensorboard, a resume removes them). primary=False (the
+        other processes of a multi-process run): restore the same checkpoint, write nothing, keep
+        rows in memory.
         """
         if resume and overwrite:
             raise ValueError("resume and overwrite exclude each other: resume continues the run that overwrite would delete")
@@ -111,21 +124,19 @@ class RunDir:
                 raise FileNotFoundError("resume: no run folder given (resume needs the folder of the run to continue)")
             return cls(None, step_key, None, MetricsLogger(None), primary)
         run_path = Path(path)
-        checkpoints = run_path / CHECKPOINTS_NAME
-        resume_step = None
+        if run_path.exists() and not run_path.is_dir():
+            raise NotADirectoryError(f"run folder {run_path} is a file, not a folder: choose another run folder")
         if resume:
             from labcore import checkpoint  # here: orbax loads only for a run that needs it
 
-            resume_step = checkpoint.latest_step(checkpoints) if checkpoints.is_dir() else None
-            if resume_step is None:
-                raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
-            _check_config(checkpoints, resume_step, config)
-        if not primary:
-            return cls(run_path, step_key, resume_step, MetricsLogger(None), primary)
-        if resume:
-            cut_metrics(run_path, step_key, resume_step)
-            rebuild_tensorboard(run_path, step_key, tensorboard)
-        else:
+            steps = checkpoint.all_steps(run_path / CHECKPOINTS_NAME)
+            if not steps:
+                raise FileNotFoundError(f"resume: no checkpoint in {run_path / CHECKPOINTS_NAME}")
+            _check_config(run_path / CHECKPOINTS_NAME, steps[-1], config)
+            run = cls(run_path, step_key, None, None, primary)
+            run._resume_with = (config, tensorboard)
+            return run if like is None else run.restore(like)
+        if primary:
             previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()] + event_files(run_path)
             if previous and not overwrite:
                 raise FileExistsError(
@@ -134,10 +145,35 @@ class RunDir:
                 )
             for old in previous:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
-        run_path.mkdir(parents=True, exist_ok=True)
-        (run_path / CONFIG_NAME).write_text(json.dumps(config_dict(config), indent=2) + "\n")
-        return cls(run_path, step_key, resume_step, MetricsLogger(run_path, tensorboard=tensorboard, step_key=step_key),
-                   primary)
+        return cls(run_path, step_key, None, _start(run_path, config, step_key, tensorboard, primary), primary)
+
+    def restore(self, like: Any) -> RunDir:
+        """Read back the newest intact checkpoint of a run opened with ``resume=True``; returns self.
+
+        ``like`` is the state to restore into (a pytree of the saved structure, see
+        ``labcore.checkpoint.restore``), or a function of the checkpoint's metadata returning one.
+        A checkpoint that fails to restore (a damaged or half-written file) is reported on stderr
+        in one line and moved to ``damaged-checkpoints/`` beside ``checkpoints/`` (by the primary
+        process, so that the resumed run's own checkpoints replace it), and the one before it is
+        tried; when none restores, DamagedCheckpoints (a RuntimeError) names each. Then ``resume_step`` is the step
+        restored, ``restored`` its ``(state, metadata)``, the metrics rows past that step are cut
+        (see the module docstring) and logging starts.
+        """
+        if self._resume_with is None:
+            raise RuntimeError("restore: this run folder was not opened with resume=True, or is restored already")
+        config, tensorboard = self._resume_with
+        self.resume_step, self.restored = _restore_intact(self.checkpoints, like, config, self.primary)
+        if self.primary:
+            cut_metrics(self.path, self.step_key, self.resume_step)
+            rebuild_tensorboard(self.path, self.step_key, tensorboard)
+        self.logger = _start(self.path, config, self.step_key, tensorboard, self.primary)
+        self._resume_with = None
+        return self
+
+    @property
+    def awaiting_restore(self) -> bool:
+        """True for a run opened with ``resume=True`` until ``restore`` has read its checkpoint."""
+        return self._resume_with is not None
 
     @property
     def checkpoints(self) -> Path | None:
@@ -146,7 +182,7 @@ class RunDir:
     @property
     def rows(self) -> list[dict[str, Any]]:
         """The rows this process logged (a resumed run: only those since the resume)."""
-        return self.logger.rows
+        return [] if self.logger is None else self.logger.rows
 
     def history(self) -> list[dict[str, Any]]:
         """Every row of the run, a resumed run's earlier rows included (read back from metrics.jsonl)."""
@@ -156,6 +192,8 @@ class RunDir:
 
     def log(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """Append one metrics row (it should carry ``step_key``); returns it as plain numbers."""
+        if self.logger is None:
+            raise RuntimeError("log: a resumed run logs only after restore() has read its checkpoint")
         return self.logger.log(row)
 
     def finish(self, summary: Mapping[str, Any] | None = None, figure: Any = None) -> None:
@@ -165,7 +203,8 @@ class RunDir:
         figure: a matplotlib figure, or a function of the run's rows (``history()``) returning
         one, called only when there is a folder to write it to and rows to plot. A figure is closed.
         """
-        self.logger.close()
+        if self.logger is not None:
+            self.logger.close()
         writes = self.path is not None and self.primary
         if writes and summary is not None:
             (self.path / SUMMARY_NAME).write_text(json.dumps(dict(summary), indent=2) + "\n")
@@ -180,11 +219,110 @@ class RunDir:
             plt.close(figure)
 
 
+def _start(run_path: Path, config: Any, step_key: str, tensorboard: bool, primary: bool) -> MetricsLogger:
+    """Write config.json (primary process) and return the logger of the run's rows."""
+    if not primary:
+        return MetricsLogger(None)
+    run_path.mkdir(parents=True, exist_ok=True)
+    (run_path / CONFIG_NAME).write_text(json.dumps(config_dict(config), indent=2) + "\n")
+    return MetricsLogger(run_path, tensorboard=tensorboard, step_key=step_key)
+
+
+def _restore_intact(
+    checkpoints: Path, like: Any, config: Any, primary: bool
+) -> tuple[int, tuple[Any, dict[str, Any]]]:
+    """(step, (state, metadata)) of the newest checkpoint in ``checkpoints`` that restores."""
+    from labcore import checkpoint  # here: orbax loads only for a run that needs it
+
+    steps = checkpoint.all_steps(checkpoints)
+    if not steps:
+        raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
+    damaged: list[str] = []
+    for step in reversed(steps):
+        try:
+            metadata = checkpoint.restore_metadata(checkpoints, step)
+            state, metadata = checkpoint.restore(checkpoints, like(metadata) if callable(like) else like, step)
+        except Exception as err:  # noqa: BLE001  (orbax and tensorstore raise many kinds on a damaged file)
+            reason = _first_cause(err)
+            _quiet_abandoned_reads()
+            damaged.append(f"step {step} ({reason[:300]})")
+            print(f"labcore: checkpoint {step} in {checkpoints} is damaged and is not used: {reason[:300]}",
+                  file=sys.stderr, flush=True)
+            continue
+        if damaged:
+            _check_config(checkpoints, step, config)
+            print(f"labcore: resuming from checkpoint {step}, the newest intact one", file=sys.stderr, flush=True)
+            if primary:  # out of orbax's folder, so that the resumed run's checkpoints replace them
+                aside = checkpoints.parent / DAMAGED_NAME
+                aside.mkdir(exist_ok=True)
+                for newer in (s for s in steps if s > step):
+                    target, copy = aside / str(newer), 1
+                    while target.exists():  # damaged before, at the same step
+                        target, copy = aside / f"{newer}.{copy}", copy + 1
+                    shutil.move(str(checkpoints / str(newer)), str(target))
+        return step, (state, metadata)
+    raise DamagedCheckpoints(f"resume: no intact checkpoint in {checkpoints}: " + "; ".join(damaged))
+
+
+def _quiet_abandoned_reads() -> None:
+    """Silence what orbax leaves behind when a restore fails part-way: its other reads of the same
+    checkpoint are abandoned, and as they are collected or call back into the closed event loop,
+    Python prints "Task exception was never retrieved", "Exception ignored in: <coroutine ...>" and
+    "RuntimeError: Event loop is closed" tracebacks, dozens of them, each repeating the one failure
+    already reported in one line. Only those are dropped; any other warning still prints."""
+    import gc
+    import logging
+    import threading
+
+    if getattr(_quiet_abandoned_reads, "installed", False):
+        gc.collect()
+        return
+
+    def abandoned(exc: BaseException | None, obj: Any = None) -> bool:
+        if isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc):
+            return True
+        return "orbax" in repr(obj) or "_read_array_index" in repr(obj) or (
+            exc is not None and "Encountered error while reading array" in str(exc))
+
+    previous_unraisable, previous_thread_hook = sys.unraisablehook, threading.excepthook
+
+    def unraisable(info) -> None:
+        if not abandoned(info.exc_value, info.object):
+            previous_unraisable(info)
+
+    def thread_hook(args) -> None:
+        if not abandoned(args.exc_value):
+            previous_thread_hook(args)
+
+    class Unretrieved(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            exc = record.exc_info[1] if record.exc_info else None
+            return not ("never retrieved" in record.getMessage() and abandoned(exc, record.getMessage()))
+
+    sys.unraisablehook, threading.excepthook = unraisable, thread_hook
+    logging.getLogger("asyncio").addFilter(Unretrieved())
+    _quiet_abandoned_reads.installed = True
+    gc.collect()
+
+
+def _first_cause(err: BaseException) -> str:
+    """The first line of the innermost exception behind ``err`` (orbax wraps tensorstore's, which
+    says what is wrong: DATA_LOSS, a failed checksum, a corrupt block), with its type."""
+    while (err.__cause__ or err.__context__) is not None:
+        err = err.__cause__ or err.__context__
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def _check_config(checkpoints: Path, step: int, config: Any) -> None:
-    """ValueError unless checkpoint ``step`` was written with ``config`` (compared as JSON data)."""
+    """ValueError unless checkpoint ``step`` was written with ``config`` (compared as JSON data).
+    A checkpoint whose metadata cannot be read is left to the restore, which reports it."""
     from labcore import checkpoint
 
-    saved = checkpoint.restore_metadata(checkpoints, step).get("config")
+    try:
+        saved = checkpoint.restore_metadata(checkpoints, step).get("config")
+    except Exception:  # noqa: BLE001
+        return
     if not isinstance(saved, Mapping):
         return
     current = json.loads(json.dumps(config_dict(config)))  # tuples -> lists, as the metadata holds them

@@ -12,7 +12,7 @@ import rlax
 
 from conftest import assert_same_tree
 
-from labcore import checkpoint, losses
+from labcore import checkpoint, loop, losses
 from labcore.logging import read_metrics
 from labcore.agents.ppo import core as ppo
 
@@ -174,7 +174,7 @@ def test_masked_training_never_chooses_illegal_actions_and_reports_through_the_c
 def test_logged_rows_reach_the_callback_in_bursts_in_order(monkeypatch):
     """Rows wait on the device and travel a burst at a time; every logged update still reaches the
     callback once, in order, with the numbers train returns, the last partial burst included."""
-    monkeypatch.setattr(ppo, "METRICS_BURST_STEPS", 3 * 128)  # small_vault: 128 steps an update
+    monkeypatch.setattr(loop, "METRICS_BURST_STEPS", 3 * 128)  # small_vault: 128 steps an update
     seen = []
     agent = ppo.make_ppo(small_vault(total_steps=128 * 7), callback=seen.append, log_every=1)  # bursts of 3, 3, 1
     run = jax.jit(agent.run, static_argnums=1)
@@ -246,17 +246,17 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
 
     shutil.rmtree(interrupted / "checkpoints" / "6")  # as if killed after the checkpoint at update 4
     resumed = ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, resume=True, progress=False, eval_episodes=2)
-    assert int(resumed.runner.update_step) == 6
+    assert int(resumed.state.update_step) == 6
     assert resumed.summary["timesteps"] == 6 * 128 and "greedy_return_mean" in resumed.summary
     assert "greedy_return_mean" not in straight.summary  # eval_episodes=0: no evaluation
-    assert_same_tree(straight.runner, resumed.runner)
+    assert_same_tree(straight.state, resumed.state)
     assert [row["update"] for row in resumed.metrics] == [5, 6]
     # the folder's rows read as one run: those past the checkpoint at 4 were cut, then logged again
     assert read_metrics(interrupted) == read_metrics(earlier)
     assert resumed.metrics[-1]["entropy"] == straight.metrics[-1]["entropy"]
     config_back, runner_back = ppo_run.load_checkpoint(interrupted)
     assert config_back == config
-    assert_same_tree(runner_back, straight.runner)
+    assert_same_tree(runner_back, straight.state)
     with pytest.raises(ValueError, match="different config"):
         ppo_run.train(small_vault(seed=1), interrupted, resume=True, progress=False)
     with pytest.raises(FileExistsError, match="holds an earlier run"):

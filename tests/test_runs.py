@@ -33,10 +33,13 @@ class Config:
     sizes: tuple[int, ...] = (8, 8)
 
 
-def fake_checkpoint(run_path: Path, step: int, config) -> None:
+LIKE = {"x": [0.0, 0.0]}  # the structure fake_checkpoint saves
+
+
+def fake_checkpoint(run_path: Path, step: int, config, x: float = 1.0) -> None:
     from labcore import checkpoint
 
-    checkpoint.save(run_path / "checkpoints", step, {"x": [1.0, 2.0]}, {"config": runs.config_dict(config)})
+    checkpoint.save(run_path / "checkpoints", step, {"x": [x, 2.0]}, {"config": runs.config_dict(config)})
 
 
 def write_rows(run_path: Path, steps, key="update") -> None:
@@ -104,7 +107,12 @@ def test_resume_needs_a_checkpoint_written_with_the_same_config(tmp_path):
         runs.RunDir.open(run_path, Config(seed=1, sizes=(4,)), step_key="update", resume=True)
     assert [row["update"] for row in read_metrics(run_path)] == [1, 2, 3]  # refused before touching anything
     run = runs.RunDir.open(run_path, Config(), step_key="update", resume=True)
-    assert run.resume_step == 2
+    assert run.resume_step is None and run.restored is None  # nothing read or cut until restore()
+    assert [row["update"] for row in read_metrics(run_path)] == [1, 2, 3]
+    with pytest.raises(RuntimeError, match="only after restore"):
+        run.log({"update": 3})
+    assert run.restore(LIKE) is run and run.resume_step == 2
+    assert float(run.restored[0]["x"][0]) == 1.0 and run.restored[1]["config"] == {"seed": 0, "sizes": [8, 8]}
     assert [row["update"] for row in read_metrics(run_path)] == [1, 2]
     run.log({"update": 3, "loss": 0.3})
     assert [row["update"] for row in run.history()] == [1, 2, 3] and run.rows == [{"update": 3, "loss": 0.3}]
@@ -168,7 +176,7 @@ def test_finish_plots_the_whole_history_of_a_resumed_run(tmp_path):
 
     write_rows(tmp_path, [1, 2, 3])
     fake_checkpoint(tmp_path, 2, Config())
-    run = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True)
+    run = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, like=LIKE)
     run.log({"update": 3, "loss": 0.3})
     seen = []
     run.finish(None, lambda rows: seen.append(rows) or plot_metrics(rows, ["loss"], x_key="update"))
@@ -180,12 +188,59 @@ def test_other_processes_of_a_run_read_the_checkpoint_step_and_write_nothing(tmp
     fake_checkpoint(tmp_path, 5, Config())
     write_rows(tmp_path, [4, 5, 6])
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
-    other = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, primary=False)
+    other = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, primary=False, like=LIKE)
     assert other.resume_step == 5 and other.checkpoints == tmp_path / "checkpoints"
     other.log({"update": 6})
     other.finish({"x": 1})
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
     assert [row["update"] for row in read_metrics(tmp_path)] == [4, 5, 6]
+
+
+def damage(checkpoint_folder: Path, only: str = "") -> None:
+    """Flip bytes all through the files of one checkpoint's saved arrays, as a bad disk would
+    (orbax's metadata and tensorstore's indexes included, unless ``only`` names the folder to
+    damage, such as the array data itself: "ocdbt.process_0/d")."""
+    for path in (checkpoint_folder / "state" / only).rglob("*"):
+        if path.is_file() and path.stat().st_size > 0:
+            data = bytearray(path.read_bytes())
+            for i in range(min(16, len(data) // 2), len(data), 7):
+                data[i] ^= 0x5A
+            path.write_bytes(bytes(data))
+
+
+def test_a_damaged_newest_checkpoint_is_named_set_aside_and_the_one_before_it_restored(tmp_path, capfd):
+    for step in (2, 4):
+        fake_checkpoint(tmp_path, step, Config(), x=float(step))
+    write_rows(tmp_path, [1, 2, 3, 4, 5])
+    damage(tmp_path / "checkpoints" / "4")
+    run = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, like=LIKE)
+    assert run.resume_step == 2 and float(run.restored[0]["x"][0]) == 2.0
+    err = capfd.readouterr().err
+    damaged = [line for line in err.splitlines() if "damaged" in line]
+    assert len(damaged) == 1 and "checkpoint 4 in" in damaged[0], err
+    assert "resuming from checkpoint 2, the newest intact one" in err and "Traceback" not in err
+    assert [row["update"] for row in read_metrics(tmp_path)] == [1, 2]  # cut to the checkpoint restored
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]
+    assert (tmp_path / "damaged-checkpoints" / "4").is_dir()  # kept for a look, out of orbax's way
+    from labcore import checkpoint
+
+    checkpoint.save(tmp_path / "checkpoints", 4, {"x": [4.5, 2.0]}, {"config": runs.config_dict(Config())})
+    assert checkpoint.all_steps(tmp_path / "checkpoints") == [2, 4]  # the resumed run writes step 4 again
+
+
+def test_no_intact_checkpoint_is_refused_naming_each(tmp_path):
+    for step in (2, 4):
+        fake_checkpoint(tmp_path, step, Config())
+        damage(tmp_path / "checkpoints" / str(step))
+    with pytest.raises(RuntimeError, match=r"no intact checkpoint in .*step 4 \(.*step 2 \("):
+        runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, like=LIKE)
+
+
+def test_a_run_folder_that_is_a_file_is_named_as_such(tmp_path):
+    (tmp_path / "taken").write_text("not a run")
+    for resume in (False, True):
+        with pytest.raises(NotADirectoryError, match="taken is a file, not a folder"):
+            runs.RunDir.open(tmp_path / "taken", Config(), step_key="update", resume=resume)
 
 
 def test_checkpoint_dir_takes_a_run_folder_or_its_checkpoints(tmp_path):
@@ -206,16 +261,19 @@ def complete_rows(run_path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
-def newest_checkpoint(run_path: Path) -> int | None:
-    """The newest finished checkpoint step (orbax writes to a temporary name, then renames)."""
+def finished_checkpoints(run_path: Path) -> list[int]:
+    """The finished checkpoint steps, oldest first (orbax writes to a temporary name, then renames)."""
     folder = run_path / "checkpoints"
-    steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-    return max(steps, default=None)
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
+def newest_checkpoint(run_path: Path) -> int | None:
+    return max(finished_checkpoints(run_path), default=None)
 
 
 def kill_after_a_checkpoint(command: list[str], run_path: Path, step_key: str, last_step: int, log: Path,
-                            timeout_s: float = 300.0) -> tuple[int, list[dict]] | None:
-    """Run ``command``; once a checkpoint before ``last_step`` exists and a row past it was logged,
+                            timeout_s: float = 300.0, checkpoints: int = 1) -> tuple[int, list[dict]] | None:
+    """Run ``command``; once ``checkpoints`` checkpoints before ``last_step`` exist and a row past the newest was logged,
     SIGKILL the process and everything it started. Returns (newest checkpoint, rows at the kill), or
     None when the run finished before it could be killed there (the caller retries slower)."""
     with open(log, "w") as out:
@@ -228,7 +286,8 @@ def kill_after_a_checkpoint(command: list[str], run_path: Path, step_key: str, l
                 return None
             assert time.monotonic() < deadline, f"no checkpoint and later row within {timeout_s} s:\n{log.read_text()[-3000:]}"
             saved = newest_checkpoint(run_path)
-            if saved is not None and saved < last_step and any(row[step_key] > saved for row in complete_rows(run_path)):
+            if (len(finished_checkpoints(run_path)) >= checkpoints and saved < last_step
+                    and any(row[step_key] > saved for row in complete_rows(run_path))):
                 break
             time.sleep(0.02)
     finally:
@@ -245,23 +304,29 @@ def kill_after_a_checkpoint(command: list[str], run_path: Path, step_key: str, l
     return saved, rows
 
 
-def killed_and_resumed(tmp_path, command_for, step_key: str, last_step_for, attempts: int = 3):
+def killed_and_resumed(tmp_path, command_for, step_key: str, last_step_for, attempts: int = 3,
+                       before_resume=None, checkpoints: int = 1):
     """Kill a run after a checkpoint, resume it, and check its metrics read as one uninterrupted
     run. command_for(run_dir, scale) -> argv; a run that ends before the kill is retried at twice
-    the size, and the test fails after ``attempts`` of them. Returns (run folder, rows at the kill,
-    checkpoint step, rows after the resume, last step)."""
+    the size, and the test fails after ``attempts`` of them. before_resume(run_path, saved) runs
+    between the kill and the resume and may return the step the resume is to start from (default:
+    the newest checkpoint). Returns (run folder, rows at the kill, checkpoint step, rows after the
+    resume, last step); the resumed process's stderr is in ``resumed.err`` in the run folder."""
     for attempt in range(attempts):
         scale = 2**attempt
         run_path = tmp_path / f"run{attempt}"
         killed = kill_after_a_checkpoint(command_for(run_path, scale), run_path, step_key, last_step_for(scale),
-                                         tmp_path / f"killed{attempt}.log")
+                                         tmp_path / f"killed{attempt}.log", checkpoints=checkpoints)
         if killed is not None:
             break
     else:
         pytest.fail(f"the run finished before it could be killed after a checkpoint, {attempts} times")
     saved, at_kill = killed
+    if before_resume is not None:
+        saved = before_resume(run_path, saved) or saved
     resumed = subprocess.run([*command_for(run_path, scale), "--resume"], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    (run_path / "resumed.err").write_text(resumed.stderr)
     rows = read_metrics(run_path)
     steps = [row[step_key] for row in rows]
     assert steps == sorted(set(steps)), f"a step logged twice or out of order: {steps}"
@@ -296,6 +361,35 @@ def test_ppo_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
     logged_twice = [row for row in at_kill if row["update"] > saved]
     assert logged_twice and all(row == again[row["update"]] for row in logged_twice)
     assert json.loads((run_path / "summary.json").read_text())["timesteps"] == 4 * 32 * last
+
+
+@pytest.mark.end_to_end
+def test_jitted_dqn_killed_with_its_newest_checkpoint_damaged_resumes_from_the_one_before(tmp_path):
+    """The jitted DQN through the shared driver (labcore.loop): killed after two checkpoints, its
+    newest checkpoint damaged, it resumes from the one before, saying so in one line, and its
+    metrics read as one run that repeats, bit for bit, what the killed run logged past that one."""
+    updates, log_every = 400, 10
+
+    def command(run_dir, scale):
+        return labcore("train", "dqn-scan", "--total-steps", str(10 * updates * scale), "--learning-starts", "500",
+                       "--buffer-size", "1000", "--batch-size", "32", "--hidden-sizes", "32", "32", "--log-every",
+                       str(log_every), "--checkpoint-every", "40", "--no-eval", "--no-progress", "--run-dir", str(run_dir))
+
+    def damage_newest(run_path, saved):
+        older = finished_checkpoints(run_path)[-2]
+        damage(run_path / "checkpoints" / str(saved), only="ocdbt.process_0/d")  # the arrays, not the index
+        return older
+
+    run_path, at_kill, restored, rows, last = killed_and_resumed(tmp_path, command, "update", lambda s: updates * s,
+                                                                 before_resume=damage_newest, checkpoints=2)
+    err = (run_path / "resumed.err").read_text()
+    assert "is damaged and is not used" in err and f"resuming from checkpoint {restored}, the newest intact one" in err
+    assert "Traceback" not in err and "Event loop is closed" not in err, err[-3000:]
+    assert [row["update"] for row in rows] == list(range(log_every, last + 1, log_every))
+    again = {row["update"]: row for row in rows}
+    logged_twice = [row for row in at_kill if row["update"] > restored]
+    assert logged_twice and all(row == again[row["update"]] for row in logged_twice)
+    assert json.loads((run_path / "summary.json").read_text())["timesteps"] == 10 * last
 
 
 @pytest.mark.end_to_end

@@ -44,6 +44,9 @@ class Config:
     seed: int = 0
 
 
+LIKE = {"x": [0.0]}  # the structure fake_checkpoint saves
+
+
 def fake_checkpoint(run_path, step: int) -> None:
     from labcore import checkpoint
 
@@ -109,7 +112,7 @@ def test_a_resumed_run_rebuilds_its_event_files_from_the_cut_jsonl(tmp_path):
     killed.log({"update": 4, "loss": 0.4})
     killed.log({"update": 5, "loss": 0.5})
     fake_checkpoint(tmp_path, 4)
-    resumed = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True)
+    resumed = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, like=LIKE)
     # rebuilt: row 5 (past the checkpoint) cut, row 4 (lost by the writer) back, wall times kept
     assert read_tensorboard_scalars(tmp_path) == {"loss": [(1, float(np.float32(0.1))), (2, float(np.float32(0.2))),
                                                            (3, float(np.float32(0.3))), (4, float(np.float32(0.4)))]}
@@ -119,7 +122,7 @@ def test_a_resumed_run_rebuilds_its_event_files_from_the_cut_jsonl(tmp_path):
     assert [step for step, _ in read_tensorboard_scalars(tmp_path)["loss"]] == [1, 2, 3, 4, 5]
     assert_mirrors_jsonl(tmp_path, "update", ("loss",))
     # resumed without TensorBoard: no event files left that disagree with the JSONL
-    runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, tensorboard=False)
+    runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, tensorboard=False, like=LIKE)
     assert event_files(tmp_path) == []
     assert rebuild_tensorboard(tmp_path, "update") == 4  # and they can be written again from it
 

@@ -146,7 +146,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("pqn.core.make_pqn", "labcore.agents.pqn.core.make_pqn", "func"),
         ("pqn.run.train", "labcore.agents.pqn.run.train", "func"),
         ("pqn.run.load_checkpoint", "labcore.agents.pqn.run.load_checkpoint", "func"),
-        ("pqn.run.evaluate_returns", "labcore.agents.pqn.run.evaluate_returns", "func"),
+        ("pqn.run.evaluate", "labcore.agents.pqn.run.evaluate", "func"),
         ("losses.q_lambda_targets", "labcore.losses.q_lambda_targets", "func"),
         ("MLPQNetwork", "labcore.nets.q_networks.MLPQNetwork", "class"),
         ("labcore.curves", "labcore.curves", "mod"),

@@ -241,8 +241,8 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     sample = jax.jit(replay.sample, static_argnums=2)
     total_updates = max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
     before = _Counters(0, 0, 0, 0.0, 0.0, {}, [0] * num_actors)
-    if run.resume_step is not None:
-        state, buffer, key, before = _restore(run.checkpoints, run.resume_step, state, buffer)
+    if run.awaiting_restore:
+        state, buffer, key, before = _restore(run, state, buffer)
     received, updates, lost, credit = before.received, before.updates, before.lost, before.credit
 
     remote = ray.remote(RolloutActor).options(
@@ -400,15 +400,13 @@ def _save(directory, updates: int, state, buffer, key, config, counters: _Counte
                     {"config": runs.config_dict(config), **counters._asdict()})
 
 
-def _restore(directory, step: int, state, buffer):
-    """(train state, replay buffer, key, counters) of checkpoint ``step`` (RunDir.open checked its config)."""
+def _restore(run: runs.RunDir, state, buffer):
+    """(train state, replay buffer, key, counters) of the run's newest intact checkpoint."""
     import jax
     import jax.numpy as jnp
 
-    from labcore import checkpoint
-
     like = {"train_state": state, "replay": buffer, "key": jax.random.key_data(jax.random.key(0))}
-    restored, metadata = checkpoint.restore(directory, like, step)
+    restored, metadata = run.restore(like).restored
     counters = _Counters(**{name: metadata[name] for name in _Counters._fields})
     return (restored["train_state"], restored["replay"], jax.random.wrap_key_data(jnp.asarray(restored["key"])),
             counters)

@@ -245,7 +245,7 @@ def train(
     step, episode_returns, metrics, elapsed_before = 0, [], None, 0.0
 
     if resume:
-        loop = _restore(run.checkpoints, run.resume_step, train_state, replay_state, obs)
+        loop = _restore(run, train_state, replay_state, obs)
         train_state, replay_state, key = loop["train_state"], loop["replay"], loop["key"]
         step, episode_returns, obs = loop["step"], loop["episode_returns"], loop["obs"]
         metrics, elapsed_before = loop["metrics"], loop["elapsed_s"]
@@ -370,15 +370,18 @@ def _save(directory, config, loop, train_state, replay_state, key, obs, vector_e
     checkpoint.save(directory, step, state, metadata)
 
 
-def _restore(directory, step, train_state, replay_state, obs) -> dict[str, Any]:
-    """The loop's state at checkpoint ``step`` (RunDir.open has checked its config)."""
-    metadata = checkpoint.restore_metadata(directory, step)
-    like = {"train_state": train_state, "key": jax.random.key_data(jax.random.key(0)), "obs": obs}
-    if metadata["has_replay"]:
-        like["replay"] = replay_state
-    if metadata["has_envs"]:
-        like["envs"] = np.zeros(metadata["envs_bytes"], np.uint8)
-    state, _ = checkpoint.restore(directory, like, step)
+def _restore(run: runs.RunDir, train_state, replay_state, obs) -> dict[str, Any]:
+    """The loop's state at the run's newest intact checkpoint (RunDir.open has checked its config)."""
+
+    def like(metadata: dict[str, Any]) -> dict[str, Any]:
+        saved = {"train_state": train_state, "key": jax.random.key_data(jax.random.key(0)), "obs": obs}
+        if metadata["has_replay"]:
+            saved["replay"] = replay_state
+        if metadata["has_envs"]:
+            saved["envs"] = np.zeros(metadata["envs_bytes"], np.uint8)
+        return saved
+
+    state, metadata = run.restore(like).restored
     return {
         "train_state": jax.tree_util.tree_map(jnp.asarray, state["train_state"]),
         "replay": jax.tree_util.tree_map(jnp.asarray, state["replay"]) if metadata["has_replay"] else replay_state,

@@ -136,9 +136,8 @@ def train(
     carry = init_all(keys)
     done_updates, resumed_step, seconds_before = 0, None, 0.0
     if resume:  # RunDir.open has checked the checkpoint's config
-        metadata = checkpoint.restore_metadata(checkpoints, run.resume_step)
         like = {"train_state": _replicas(carry.train_state)[0], "step": np.int32(0)}
-        learner, _ = checkpoint.restore(checkpoints, like=like, step=run.resume_step)
+        learner, metadata = run.restore(like).restored
         stacked = jax.tree_util.tree_map(
             lambda leaf: distributed.global_array(np.broadcast_to(np.asarray(leaf)[None], (num_devices, *np.shape(leaf))), mesh, P(AXIS)),
             learner["train_state"],

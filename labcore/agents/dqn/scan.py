@@ -17,6 +17,7 @@ Time is counted in agent steps as in the host loop: each env step of the ``num_e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import envs, evaluation, replay
+from labcore import envs, evaluation, loop, replay
 from labcore.agents.dqn import core as dqn
 from labcore.nets.q_networks import make_q_network
 
@@ -79,6 +80,7 @@ class ScanParts(NamedTuple):
 
     init: Callable[[jax.Array, jax.Array, jax.Array], _Carry]  # (params_key, reset_key, loop_key) -> carry
     iterate: Callable[[_Carry, int, bool], tuple[_Carry, dict[str, jax.Array]]]  # (carry, n, learn)
+    iteration: Callable[[_Carry], tuple[_Carry, dict[str, jax.Array]]]  # one, learning once past the warm-up
     evaluate: Callable[[Any, jax.Array], jax.Array]  # (params, key) -> [eval_episodes] returns
     warmup_iterations: int
     learn_iterations: int
@@ -164,6 +166,12 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         """``num_iterations`` iterations (static) with or without updates; metrics [num_iterations]."""
         return jax.lax.scan(lambda c, _: iteration(c, learn), carry, None, length=num_iterations)
 
+    def iteration_in_phase(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
+        """One iteration, with its update only once the warm-up iterations are done (for callers
+        whose chunks do not stop at the warm-up's end)."""
+        learning = carry.step >= warmup_iterations * config.train_frequency
+        return jax.lax.cond(learning, lambda c: iteration(c, True), lambda c: iteration(c, False), carry)
+
     def init(params_key: jax.Array, reset_key: jax.Array, loop_key: jax.Array) -> _Carry:
         """Fresh parameters (from params_key), envs (reset_key), an empty buffer, the loop's key."""
         obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
@@ -185,7 +193,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
             key=loop_key,
         )
 
-    return ScanParts(init, iterate, evaluate, warmup_iterations, learn_iterations)
+    return ScanParts(init, iterate, iteration_in_phase, evaluate, warmup_iterations, learn_iterations)
 
 
 def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> Callable[[jax.Array], ScanResult]:
@@ -207,6 +215,74 @@ def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -
         return ScanResult(carry.train_state, metrics, eval_returns)
 
     return train
+
+
+PLOTTED = ("episode_return", "epsilon", "loss")
+
+
+def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> loop.Program:
+    """The jitted DQN as a ``labcore.loop.Program``: an update is one iteration (``train_frequency``
+    agent steps, then one gradient step once the replay warm-up is over), so ``log_every`` and
+    ``checkpoint_every`` count iterations. Seeded as ``make_train``: the same ``config.seed`` gives
+    the same parameters and evaluation returns. Rows carry the iteration's metrics (see
+    ``ScanResult``) plus "timesteps" (agent steps) and "episode_return" (the mean of the episodes
+    that ended in it, NaN if none did)."""
+    parts = make_parts(config)
+    init_key, reset_key, eval_key, loop_key = jax.random.split(jax.random.key(config.seed), 4)
+
+    def update(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
+        carry, metrics = parts.iteration(carry)
+        episodes = metrics["episodes"]
+        mean_return = jnp.where(episodes > 0, metrics["episode_return_sum"] / jnp.maximum(episodes, 1), jnp.nan)
+        return carry, {**metrics, "timesteps": metrics["step"], "episode_return": mean_return}
+
+    def run(carry: _Carry, num_updates: int) -> tuple[_Carry, dict[str, jax.Array]]:
+        return loop.scan_updates(update, carry, num_updates, updates_done=lambda c: c.step // config.train_frequency,
+                                 callback=callback, log_every=log_every,
+                                 rows_per_burst=loop.burst_rows(config.train_frequency, log_every))
+
+    def evaluate(carry: _Carry) -> dict[str, Any]:
+        played = np.asarray(jax.jit(parts.evaluate)(carry.train_state.params, eval_key))
+        return {"eval_episodes": config.eval_episodes, "eval_epsilon": config.eval_epsilon,
+                "eval_return_mean": float(played.mean()), "eval_return_std": float(played.std())}
+
+    return loop.Program(
+        config=config,
+        init=lambda key: parts.init(init_key, reset_key, loop_key),  # the seed is config.seed, as make_train's key
+        run=run,
+        updates_done=lambda carry: int(carry.step) // config.train_frequency,
+        num_updates=parts.warmup_iterations + parts.learn_iterations,
+        steps_per_update=config.train_frequency,
+        name=f"DQN (jitted) on {config.env_id}",
+        plotted=PLOTTED,
+        shown={"ret": "episode_return", "eps": "epsilon"},
+        evaluate=evaluate,
+    )
+
+
+def train(
+    config: dqn.DQNConfig,
+    run_dir: str | os.PathLike | None = None,
+    log_every: int = 100,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    overwrite: bool = False,
+    tensorboard: bool = True,
+    evaluate: bool = True,
+) -> loop.RunResult:
+    """Train the jitted DQN with ``labcore.loop.train``: a run folder (config, metrics every
+    ``log_every`` iterations, TensorBoard, metrics.png, summary.json), checkpoints of the whole
+    state (network, optimiser, replay buffer, envs, key) every ``checkpoint_every`` iterations, and
+    an exact resume. The result's ``state`` is the final carry (``state.train_state.params``)."""
+    return loop.train(config, make_program, run_dir, log_every=log_every, checkpoint_every=checkpoint_every,
+                      resume=resume, overwrite=overwrite, progress=progress, tensorboard=tensorboard,
+                      evaluate=evaluate)
+
+
+def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, _Carry]:
+    """(config, carry) from a run folder of ``train`` or its checkpoints/ folder (default: newest)."""
+    return loop.load_checkpoint(path, dqn.DQNConfig, make_program, step)
 
 
 def make_evaluate(

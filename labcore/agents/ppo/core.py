@@ -14,7 +14,7 @@ mask, which is stored with each transition), compute GAE, then ``update_epochs``
 are recomputed under the stored masks. Metrics are one number per update (means over the
 rollout), never per step, and ``callback`` sees them every ``log_every`` updates while the
 compiled program runs: the logged rows wait on the device and reach the host in bursts, at most
-one host call per ``METRICS_BURST_STEPS`` environment steps (a host call costs about half a
+one host call per ``labcore.loop.METRICS_BURST_STEPS`` env steps (a host call costs about half a
 millisecond on a CPU), and all of them by the time ``run`` returns.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import devices, envs, evaluation, losses, validation
+from labcore import devices, envs, evaluation, loop, losses, validation
 from labcore.nets.actor_critic import ActorCritic
 
 ACTIVATIONS = ("tanh", "relu")
@@ -209,9 +209,6 @@ def sample_action(key: jax.Array, logits: jax.Array, mask: jax.Array | None) -> 
     return action, jnp.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
 
 
-# Logged metrics reach the host at most once per this many environment steps, in one host call.
-METRICS_BURST_STEPS = 65_536
-
 METRIC_NAMES = (
     "episode_return", "episode_length", "episodes", "entropy", "max_entropy", "policy_loss", "value_loss",
     "approx_kl", "clip_fraction", "invalid_action_rate", "learning_rate", "timesteps",
@@ -246,7 +243,7 @@ def make_ppo(
     network = ActorCritic(num_actions, config.hidden_size, config.num_layers, config.activation,
                           dtype=jnp.dtype(config.compute_dtype))
     batch_size = config.num_envs * config.num_steps
-    rows_per_burst = max(1, METRICS_BURST_STEPS // (batch_size * log_every))  # logged rows per host call
+    rows_per_burst = loop.burst_rows(batch_size, log_every)  # logged rows per host call
 
     def schedule(count: jax.Array) -> jax.Array:
         # optax counts minibatch steps; the rate falls linearly per update, as in PureJaxRL
@@ -385,43 +382,8 @@ def make_ppo(
 
     def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
         """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
-        if callback is None:
-            return jax.lax.scan(update, runner, None, length=num_updates)
-        # The logged rows wait on the device and travel to the host together. A host callback costs
-        # about half a millisecond on a CPU (jax.debug.callback makes each argument a device array
-        # again before calling), 3% of a CartPole run if one were made every 10 updates.
-        names = jax.eval_shape(update, runner, None)[1]
-        ints = [name for name in names if jnp.issubdtype(names[name].dtype, jnp.integer)]  # the counts
-        floats = [name for name in names if name not in ints]
-
-        def send(burst: tuple[jax.Array, jax.Array, jax.Array]) -> None:
-            def on_host(float_rows, int_rows, count) -> None:
-                float_rows, int_rows = np.asarray(float_rows), np.asarray(int_rows)
-                for row in range(int(count)):
-                    values = {**dict(zip(floats, float_rows[row])), **dict(zip(ints, int_rows[row]))}
-                    callback({name: np.asarray(values[name]) for name in names})
-
-            jax.debug.callback(on_host, *burst)
-
-        def update_and_log(carry, _):
-            runner, (float_rows, int_rows, count) = carry
-            runner, metrics = update(runner, None)
-            # written at row `count` every update; kept (count + 1) only when this update is logged
-            float_rows = float_rows.at[count].set(jnp.stack([metrics[name] for name in floats]))
-            int_rows = int_rows.at[count].set(jnp.stack([metrics[name] for name in ints]))
-            count = count + (runner.update_step % log_every == 0)
-            full = count == rows_per_burst
-            jax.lax.cond(full, send, lambda burst: None, (float_rows, int_rows, count))
-            return (runner, (float_rows, int_rows, jnp.where(full, 0, count))), metrics
-
-        empty = (
-            jnp.zeros((rows_per_burst, len(floats)), jnp.float32),
-            jnp.zeros((rows_per_burst, len(ints)), jnp.int32),
-            jnp.int32(0),
-        )
-        (runner, burst), metrics = jax.lax.scan(update_and_log, (runner, empty), None, length=num_updates)
-        jax.lax.cond(burst[2] > 0, send, lambda burst: None, burst)  # the rows logged since the last burst
-        return runner, metrics
+        return loop.scan_updates(lambda r: update(r, None), runner, num_updates, updates_done=lambda r: r.update_step,
+                                 callback=callback, log_every=log_every, rows_per_burst=rows_per_burst)
 
     def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:
         return run(init(key), config.num_updates)

@@ -16,7 +16,8 @@ Each update: roll out ``num_steps`` steps of ``num_envs`` envs, epsilon-greedy o
 Q-network; compute the Q(lambda) targets of the rollout once, with the same network
 (``labcore.losses.q_lambda_targets``); then ``update_epochs`` passes of ``num_minibatches``
 minibatch steps of the squared TD error against those fixed targets. Metrics are one number per
-update, and ``callback`` sees them every ``log_every`` updates while the compiled program runs.
+update, and ``callback`` sees them every ``log_every`` updates while the compiled program runs, in
+bursts of at most one host call per ``labcore.loop.METRICS_BURST_STEPS`` env steps.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import devices, envs, evaluation, losses, validation
+from labcore import devices, envs, evaluation, loop, losses, validation
 from labcore.nets.q_networks import NETWORKS, epsilon_greedy, make_q_network
 
 OPTIMIZERS = ("adam", "radam")
@@ -219,7 +220,8 @@ def make_pqn(
     """Configure PQN for ``env`` (default ``envs.make_jax_env(config.env_id)``, a gymnax env).
 
     callback: called on the host with the update's metrics (numpy scalars) every ``log_every``
-    updates, while training runs; under ``jax.vmap`` once per seed. Nothing is traced here.
+    updates, in order, while training runs, the rows in bursts (``labcore.loop.scan_updates``);
+    under ``jax.vmap`` once per seed. Nothing is traced here.
     """
     if env is None:
         try:
@@ -357,18 +359,13 @@ def make_pqn(
             else jnp.float32(config.learning_rate),
             "timesteps": runner.update_step * config.batch_size,
         }
-        if callback is not None:
-            jax.lax.cond(
-                runner.update_step % log_every == 0,
-                lambda m: jax.debug.callback(lambda host: callback(jax.tree_util.tree_map(np.asarray, host)), m),
-                lambda m: None,
-                metrics,
-            )
         return runner, metrics
 
     def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
         """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
-        return jax.lax.scan(update, runner, None, length=num_updates)
+        return loop.scan_updates(lambda r: update(r, None), runner, num_updates, updates_done=lambda r: r.update_step,
+                                 callback=callback, log_every=log_every,
+                                 rows_per_burst=loop.burst_rows(config.batch_size, log_every))
 
     def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:
         return run(init(key), config.num_updates)
