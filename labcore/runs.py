@@ -240,8 +240,8 @@ def _restore_intact(
     damaged: list[str] = []
     for step in reversed(steps):
         try:
-            metadata = checkpoint.restore_metadata(checkpoints, step)
-            state, metadata = checkpoint.restore(checkpoints, like(metadata) if callable(like) else like, step)
+            target = like(checkpoint.restore_metadata(checkpoints, step)) if callable(like) else like
+            state, metadata = checkpoint.restore(checkpoints, target, step)
         except Exception as err:  # noqa: BLE001  (orbax and tensorstore raise many kinds on a damaged file)
             reason = _first_cause(err)
             _quiet_abandoned_reads()
