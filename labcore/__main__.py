@@ -75,7 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(train_ppo, "PPOConfig")
     _add_auto_tune_flag(train_ppo, "num_envs / num_steps / hidden_size")
     _add_loop_flags(train_ppo, log_every=10)
-    train_ppo.add_argument("--eval-episodes", type=_positive_int, default=64, help="greedy episodes at the end")
 
     train_pqn = train.add_parser("pqn", help="PQN (no replay, no target network) on a gymnax env (all on device)")
     train_pqn.add_argument("--preset", choices=("default", "cartpole", "minatar"), default="default",
@@ -83,14 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(train_pqn, "PQNConfig")
     _add_auto_tune_flag(train_pqn, "num_envs / num_steps / hidden_sizes")
     _add_loop_flags(train_pqn, log_every=10)
-    train_pqn.add_argument("--no-eval", action="store_true", help="no evaluation episodes at the end")
 
     train_scan = train.add_parser("dqn-scan", help="DQN on a gymnax env, all of training one jitted program")
     train_scan.add_argument("--preset", choices=("default", "minatar"), default="default",
                             help="starting configuration that the other flags override")
     _add_config_flags(train_scan)
     _add_loop_flags(train_scan, log_every=100, update="train_frequency agent steps and one gradient step")
-    train_scan.add_argument("--no-eval", action="store_true", help="no evaluation episodes at the end")
 
     train_al = train.add_parser("dqn-actor-learner",
                                 help="DQN with Ray actors feeding one learner: this machine, or a Ray cluster (--address)")
@@ -179,6 +176,9 @@ def _add_loop_flags(parser: argparse.ArgumentParser, log_every: int, update: str
     parser.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --run-dir")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--seeds", type=_positive_int, default=None,
+                        help="train this many seeds at once (--seed, --seed + 1, ...) in one vmap; rows are their means")
+    parser.add_argument("--no-eval", action="store_true", help="no evaluation episodes at the end")
     _add_tensorboard_flag(parser)
 
 
@@ -383,21 +383,16 @@ def _eval_iqn(args: argparse.Namespace) -> int:
 
 def _train_on_loop(args: argparse.Namespace) -> int:
     """train ppo | pqn | dqn-scan: the algorithms on the shared driver (labcore.loop.train)."""
-    import functools
     import importlib
 
-    from labcore import loop
-
-    module, config_class = {"ppo": ("ppo.run", "PPOConfig"), "pqn": ("pqn.run", "PQNConfig"),
-                            "dqn-scan": ("dqn.scan", "DQNConfig")}[args.agent]
-    program = importlib.import_module(f"labcore.agents.{module}").make_program
-    if args.agent == "ppo":
-        program = functools.partial(program, eval_episodes=args.eval_episodes)
+    package, config_class = {"ppo": ("ppo", "PPOConfig"), "pqn": ("pqn", "PQNConfig"),
+                             "dqn-scan": ("dqn", "DQNConfig")}[args.agent]
+    agent = importlib.import_module(f"labcore.agents.{package}")  # the agent contract: agent.train
     config = _auto_tuned(args, _config_from(args, config_class))
     print(config)
-    result = loop.train(config, program, args.run_dir, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
-                        resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                        tensorboard=args.tensorboard, evaluate=not getattr(args, "no_eval", False))
+    result = agent.train(config, args.run_dir, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
+                         resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+                         tensorboard=args.tensorboard, evaluate=not args.no_eval, seeds=args.seeds)
     print(json.dumps(result.summary))
     return 0
 
@@ -417,12 +412,11 @@ def _eval_ppo(args: argparse.Namespace) -> int:
 
 
 def _eval_pqn(args: argparse.Namespace) -> int:
-    from labcore.agents.pqn import core as pqn
     from labcore.agents.pqn import run as pqn_run
 
     config, runner = pqn_run.load_checkpoint(args.checkpoint, args.step)
     config = dataclasses.replace(config, eval_episodes=args.episodes, eval_epsilon=args.epsilon)
-    summary = pqn_run.evaluate(pqn.make_pqn(config), runner.params, seed=args.seed)
+    summary = pqn_run.evaluate(config, runner.params, seed=args.seed)
     print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), **summary}))
     return 0
 

@@ -6,8 +6,8 @@
     pqn_run.time_to(9.2)                                           # (env steps, seconds) or (None, None)
 
 Each run trains ``seeds`` seeds at once (``jax.vmap`` over keys) in ``chunks`` compiled calls
-(the chunk compiled once, its compile time kept apart), so every chunk's end is a point of the
-curve against env steps and against wall time. A point is the mean return of the training
+(``labcore.loop.chunks``: the chunk compiled once, its compile time kept apart), so every chunk's
+end is a point of the curve against env steps and against wall time. A point is the mean return of the training
 episodes (epsilon-greedy) that ended within the chunk, per seed, then averaged over seeds. DQN's
 replay warm-up (its first ``learning_starts`` steps, without updates) counts in its wall time.
 """
@@ -15,16 +15,16 @@ replay warm-up (its first ``learning_starts`` steps, without updates) counts in 
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
+from labcore import loop
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.agents.pqn import core as pqn
+from labcore.agents.pqn import run as pqn_run
 
 
 @dataclasses.dataclass
@@ -54,46 +54,44 @@ class Curve:
         return {**dataclasses.asdict(self), "mean_return": self.mean_return}
 
 
-def _timed(fn: Callable, *args) -> tuple[Any, float]:
-    started = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - started
-
-
-def _compiled(fn: Callable, example: Any) -> tuple[Callable, float]:
-    started = time.perf_counter()
-    compiled = jax.jit(fn).lower(example).compile()
-    return compiled, time.perf_counter() - started
-
-
 def _per_seed_means(episodes: np.ndarray, sums: np.ndarray) -> list[float]:
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(episodes > 0, sums / np.maximum(episodes, 1), np.nan).tolist()
 
 
-def pqn_curve(
-    config: pqn.PQNConfig, seeds: int = 3, chunks: int = 10, seed: int = 0, name: str = "PQN", stop_at: float | None = None
-) -> Curve:
-    """PQN (``labcore.agents.pqn.core``) for ``config.total_steps`` env steps per seed; with
-    ``stop_at``, only until the first chunk whose seed-mean return reaches it."""
-    agent = pqn.make_pqn(config)
-    per_chunk = max(1, config.num_updates // chunks)
-    keys = jax.random.split(jax.random.key(seed), seeds)
-    runners = jax.block_until_ready(jax.jit(jax.vmap(agent.init))(keys))
-    advance, compile_s = _compiled(jax.vmap(lambda runner: agent.run(runner, per_chunk)), runners)
-    curve = Curve(name, [], [], [], compile_s, seeds=seeds)
+def _follow(curve: Curve, program: loop.Program, state: Any, sizes: list[int], seeds: int, points_from: int,
+            stop_at: float | None) -> Any:
+    """Run ``program`` over ``seeds`` seeds in chunks of ``sizes`` (``labcore.loop.chunks``), a
+    point of ``curve`` after each chunk from the ``points_from``-th on; returns the final state."""
     wall = 0.0
-    for _ in range(config.num_updates // per_chunk):
-        (runners, metrics), seconds = _timed(advance, runners)
-        wall += seconds
-        episodes = np.asarray(metrics["episodes"], np.float64)  # [seeds, updates]
-        sums = (episodes * np.nan_to_num(np.asarray(metrics["episode_return"], np.float64))).sum(1)
+    for index, chunk in enumerate(loop.chunks(program, state, sizes, seeds=seeds)):
+        state, wall = chunk.state, wall + chunk.run_s
+        curve.compile_s += chunk.compile_s
+        if index < points_from:
+            continue
+        episodes = np.asarray(chunk.metrics["episodes"], np.float64)  # [seeds, updates]
+        sums = (episodes * np.nan_to_num(np.asarray(chunk.metrics["episode_return"], np.float64))).sum(1)
         curve.returns.append(_per_seed_means(episodes.sum(1), sums))
-        curve.env_steps.append(int(np.asarray(runners.update_step)[0]) * config.batch_size)
+        curve.env_steps.append(loop.updates_done(program, state, seeds) * program.steps_per_update)
         curve.wall_s.append(wall)
         if stop_at is not None and curve.mean_return[-1] >= stop_at:
             break
-    greedy = jax.jit(jax.vmap(agent.evaluate))(runners.params, jax.random.split(jax.random.key(seed + 1), seeds))
+    return state
+
+
+def pqn_curve(
+    config: pqn.PQNConfig, seeds: int = 3, chunks: int = 10, seed: int = 0, name: str = "PQN", stop_at: float | None = None
+) -> Curve:
+    """PQN (``labcore.agents.pqn``) for ``config.total_steps`` env steps per seed; with
+    ``stop_at``, only until the first chunk whose seed-mean return reaches it."""
+    program = pqn_run.make_program(config)
+    per_chunk = max(1, config.num_updates // chunks)
+    keys = jax.random.split(jax.random.key(seed), seeds)
+    runners = jax.block_until_ready(jax.jit(jax.vmap(program.init))(keys))
+    curve = Curve(name, [], [], [], 0.0, seeds=seeds)
+    runners = _follow(curve, program, runners, [per_chunk] * (config.num_updates // per_chunk), seeds, 0, stop_at)
+    greedy = jax.jit(jax.vmap(pqn.make_pqn(config).evaluate))(runners.params,
+                                                               jax.random.split(jax.random.key(seed + 1), seeds))
     curve.greedy_return = float(np.mean(greedy))
     return curve
 
@@ -103,25 +101,16 @@ def dqn_scan_curve(
     stop_at: float | None = None,
 ) -> Curve:
     """The jitted DQN (``labcore.agents.dqn.scan``) for ``config.total_steps`` agent steps per seed;
-    with ``stop_at``, only until the first chunk whose seed-mean return reaches it."""
+    with ``stop_at``, only until the first chunk whose seed-mean return reaches it. The replay
+    warm-up runs first as one chunk of its own, without a point."""
     parts = dqn_scan.make_parts(config)
+    program = dqn_scan.make_program(config)
     per_chunk = max(1, parts.learn_iterations // chunks)
     keys = jax.random.split(jax.random.key(seed), seeds)
     carries = jax.jit(jax.vmap(lambda key: parts.init(*jax.random.split(key, 3))))(keys)
-    warm_up, warm_compile_s = _compiled(jax.vmap(lambda c: parts.iterate(c, parts.warmup_iterations, False)), carries)
-    (carries, _), wall = _timed(warm_up, carries)  # filling the replay before the first update
-    advance, compile_s = _compiled(jax.vmap(lambda c: parts.iterate(c, per_chunk, True)), carries)
-    curve = Curve(name, [], [], [], warm_compile_s + compile_s, seeds=seeds)
-    for _ in range(parts.learn_iterations // per_chunk):
-        (carries, metrics), seconds = _timed(advance, carries)
-        wall += seconds
-        episodes = np.asarray(metrics["episodes"], np.float64).sum(1)
-        sums = np.asarray(metrics["episode_return_sum"], np.float64).sum(1)
-        curve.returns.append(_per_seed_means(episodes, sums))
-        curve.env_steps.append(int(np.asarray(metrics["step"])[0, -1]))
-        curve.wall_s.append(wall)
-        if stop_at is not None and curve.mean_return[-1] >= stop_at:
-            break
+    sizes = [parts.warmup_iterations] + [per_chunk] * (parts.learn_iterations // per_chunk)
+    curve = Curve(name, [], [], [], 0.0, seeds=seeds)
+    carries = _follow(curve, program, carries, sizes, seeds, 1, stop_at)
     greedy_keys = jax.random.split(jax.random.key(seed + 1), seeds)
     curve.greedy_return = float(np.mean(jax.jit(jax.vmap(parts.evaluate))(carries.train_state.params, greedy_keys)))
     return curve

@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -58,7 +59,8 @@ class Program(NamedTuple):
     name: str  # progress bar and plot title, e.g. "PPO on Vault-v0"
     plotted: tuple[str, ...] = ("episode_return",)  # metrics drawn in metrics.png
     shown: Mapping[str, str] = {}  # progress-bar label -> metric, e.g. {"ret": "episode_return"}
-    evaluate: Callable[[Any], dict[str, Any]] | None = None  # final state -> summary entries
+    # (final state, the run's seed) -> summary entries; the seed picks the evaluation's own key
+    evaluate: Callable[[Any, int], dict[str, Any]] | None = None
     summarize: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None  # all rows -> summary entries
 
 
@@ -66,7 +68,7 @@ class RunResult(NamedTuple):
     """What every algorithm's ``train`` returns."""
 
     config: Any
-    state: Any  # the final training state (e.g. PPO's RunnerState)
+    state: Any  # the final training state (e.g. PPO's RunnerState); with seeds=k, every leaf is [k, ...]
     metrics: list[dict[str, Any]]  # the rows this call logged (a resumed run: those since the resume)
     summary: dict[str, Any]  # what summary.json holds
     run_dir: str | None
@@ -142,6 +144,99 @@ def scan_updates(
 MakeProgram = Callable[..., Program]  # (config, callback=None, log_every=1) -> Program
 
 
+class Chunk(NamedTuple):
+    """One compiled call of a program's ``run``, as ``chunks`` yields it."""
+
+    state: Any  # the state after the chunk
+    metrics: Metrics  # leaves [n] (with seeds: [seeds, n]), as numpy arrays
+    updates: int  # n, the updates this chunk ran
+    compile_s: float  # the compile this chunk needed (0 when its size was compiled before)
+    run_s: float  # the chunk's run time, every metrics callback included
+
+
+# The name of the vmapped axis of seeds in ``chunks`` and ``train(seeds=...)``.
+SEEDS_AXIS = "seeds"
+
+
+def same_for_all_seeds(value: jax.Array) -> jax.Array:
+    """A value every seed holds alike (a step count), as one unbatched value inside the seeds' vmap.
+
+    Under ``jax.vmap`` a ``lax.cond`` on a per-seed predicate runs both branches and selects;
+    on a value reduced over the seeds' axis it stays a cond (e.g. the jitted DQN learns only after
+    its replay warm-up, and a vmapped run must not pay the update during the warm-up). Outside
+    that vmap, the value itself."""
+    try:
+        return jax.lax.pmin(value, SEEDS_AXIS)
+    except NameError:  # not inside the seeds' vmap
+        return value
+
+
+def seed_slice(state: Any, index: int) -> Any:
+    """Seed ``index``'s state out of a state whose leaves are [seeds, ...]."""
+    return jax.tree.map(lambda leaf: leaf[index], state)
+
+
+def updates_done(program: Program, state: Any, seeds: int | None = None) -> int:
+    """``program.updates_done`` of a state, one seed's or several seeds' (they move together)."""
+    return program.updates_done(state if seeds is None else seed_slice(state, 0))
+
+
+def chunks(program: Program, state: Any, sizes: Iterable[int], *, seeds: int | None = None) -> Iterator[Chunk]:
+    """Run ``program.run`` in compiled chunks of ``sizes`` updates, yielding after each.
+
+    Each distinct size compiles once (the first chunk of that size pays it, reported apart from the
+    run time). seeds: the state holds that many seeds (leaves [seeds, ...]) and ``run`` is vmapped
+    over them, the chunk size shared. The caller decides when to stop: a learning curve may end
+    when a score is reached, ``train`` when ``program.num_updates`` is.
+    """
+    run_n = program.run if seeds is None else (
+        lambda state, n: jax.vmap(lambda one: program.run(one, n), axis_name=SEEDS_AXIS)(state))
+    run_chunk = jax.jit(run_n, static_argnums=1)
+    compiled: dict[int, Any] = {}
+    for size in sizes:
+        compile_s = 0.0
+        if size not in compiled:
+            started = time.perf_counter()
+            compiled[size] = run_chunk.lower(state, size).compile()
+            compile_s = time.perf_counter() - started
+        started = time.perf_counter()
+        state, metrics = jax.block_until_ready(compiled[size](state))
+        jax.effects_barrier()  # every metrics callback of the chunk has run
+        run_s = time.perf_counter() - started
+        yield Chunk(state, jax.tree.map(np.asarray, metrics), size, compile_s, run_s)
+
+
+def seed_keys(seed: int, seeds: int | None) -> jax.Array:
+    """The runs' keys: ``key(seed)``, or ``[key(seed), key(seed + 1), ...]`` for ``seeds`` runs at
+    once, so that seed i of a vmapped run is the run a config with ``seed + i`` makes alone."""
+    if seeds is None:
+        return jax.random.key(seed)
+    return jnp.stack([jax.random.key(seed + index) for index in range(seeds)])
+
+
+def _seed_mean_rows(metrics: Metrics, first_update: int, log_every: int) -> list[dict[str, Any]]:
+    """The logged rows of a vmapped chunk's metrics (leaves [seeds, n]): each value the mean over
+    seeds (NaN-aware: a seed with no finished episode does not count), a count the same for all
+    seeds kept exact; each row keyed by its update."""
+    count = next(iter(metrics.values())).shape[1]
+    rows = []
+    for index in range(count):
+        update = first_update + index + 1
+        if update % log_every:
+            continue
+        row: dict[str, Any] = {"update": update}
+        for name, values in metrics.items():
+            column = values[:, index]
+            if np.issubdtype(column.dtype, np.integer) and (column == column[0]).all():
+                row[name] = int(column[0])
+            else:
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # every seed NaN: the mean is NaN
+                    row[name] = float(np.nanmean(column.astype(np.float64)))
+        rows.append(row)
+    return rows
+
+
 def train(
     config: Any,
     make_program: MakeProgram,
@@ -154,6 +249,7 @@ def train(
     progress: bool = True,
     tensorboard: bool = True,
     evaluate: bool = True,
+    seeds: int | None = None,
     on_metrics: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> RunResult:
     """Train ``make_program(config, callback, log_every)`` end to end, in ``run_dir`` if given.
@@ -164,11 +260,19 @@ def train(
     so the folder reads as one run. overwrite: replace an earlier run in run_dir (without it or
     resume, one is refused). evaluate: run the program's evaluation at the end. on_metrics: also
     called with each logged row's metrics (numpy), before it is written.
+
+    seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one
+    ``jax.vmap``; seed i ends exactly where a run of ``config.seed + i`` alone ends (tested in
+    tests/test_equivalence.py). The state's leaves gain a leading [seeds] axis, a row holds each
+    metric's mean over the seeds (written after each chunk, not during it), and the summary the
+    seeds' mean evaluation with each seed's beside it (``"per_seed"``).
     """
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1 update, got {checkpoint_every}")
+    if seeds is not None and seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
 
-    def log_row(metrics: dict[str, np.ndarray]) -> None:
+    def log_row(metrics: dict[str, Any]) -> None:
         if on_metrics is not None:
             on_metrics(metrics)
         row = run.log({"update": int(metrics["update"]), **{k: v for k, v in metrics.items() if k != "update"}})
@@ -177,43 +281,42 @@ def train(
         if all(value is not None for value in shown.values()):
             bar.set_postfix({label: f"{value:.2f}" for label, value in shown.items()}, refresh=False)
 
-    # First: a bad config or env id fails here, before anything is written or compiled.
-    program = make_program(config, callback=log_row, log_every=log_every)
-    state = program.init(jax.random.key(config.seed))
+    # First: a bad config or env id fails here, before anything is written or compiled. Vmapped
+    # seeds log from each chunk's returned metrics, so their program has no callback.
+    program = make_program(config, callback=log_row if seeds is None else None, log_every=log_every)
+    init = program.init if seeds is None else jax.vmap(program.init)
+    state = init(seed_keys(config.seed, seeds))
     run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite,
                            tensorboard=tensorboard, like=state if resume else None)
     if resume:
         state = run.restored[0]
+    first_update = updates_done(program, state, seeds)
     total_steps = program.num_updates * program.steps_per_update
     bar = runs.progress_bar(total_steps, desc=program.name, unit="step", unit_scale=True, enabled=progress,
-                            initial=program.updates_done(state) * program.steps_per_update)
+                            initial=first_update * program.steps_per_update)
 
-    run_chunk = jax.jit(program.run, static_argnums=1)
-    first_update = program.updates_done(state)
+    every = checkpoint_every or program.num_updates
+    sizes = [min(every, program.num_updates - done) for done in range(first_update, program.num_updates, every)]
     compile_s = run_s = 0.0
-    compiled: dict[int, Any] = {}
-    while (done := program.updates_done(state)) < program.num_updates:
-        chunk = min(checkpoint_every or program.num_updates, program.num_updates - done)
-        if chunk not in compiled:
-            started = time.perf_counter()
-            compiled[chunk] = run_chunk.lower(state, chunk).compile()
-            compile_s += time.perf_counter() - started
-        started = time.perf_counter()
-        state, _ = jax.block_until_ready(compiled[chunk](state))
-        jax.effects_barrier()  # every metrics callback of the chunk has run
-        run_s += time.perf_counter() - started
+    for chunk in chunks(program, state, sizes, seeds=seeds):
+        state, compile_s, run_s = chunk.state, compile_s + chunk.compile_s, run_s + chunk.run_s
+        if seeds is not None:
+            for row in _seed_mean_rows(chunk.metrics, updates_done(program, state, seeds) - chunk.updates, log_every):
+                log_row(row)
         if run.checkpoints is not None:
-            save_checkpoint(run.checkpoints, program, state)
+            save_checkpoint(run.checkpoints, program, state, seeds)
     bar.close()
 
     rows = run.history()
     recent = [row["episode_return"] for row in rows[-max(1, len(rows) // 10):]
-              if row.get("episode_return") is not None]
-    steps_run = (program.updates_done(state) - first_update) * program.steps_per_update
+              if row.get("episode_return") is not None and np.isfinite(row["episode_return"])]
+    done = updates_done(program, state, seeds)
+    steps_run = (done - first_update) * program.steps_per_update * (seeds or 1)
     summary = {
         "env": getattr(config, "env_id", None),
-        "timesteps": program.updates_done(state) * program.steps_per_update,
-        "updates": program.updates_done(state),
+        "seeds": seeds or 1,
+        "timesteps": done * program.steps_per_update,
+        "updates": done,
         "compile_s": round(compile_s, 2),
         "run_s": round(run_s, 2),
         "steps_per_second": round(steps_run / run_s, 1) if run_s > 0 else None,
@@ -222,9 +325,34 @@ def train(
     if program.summarize is not None:
         summary.update(program.summarize(rows))
     if evaluate and program.evaluate is not None:
-        summary.update(program.evaluate(state))
+        summary.update(_evaluate(program, state, config.seed, seeds))
     run.finish(summary, lambda rows: plot(rows, program))
     return RunResult(config, state, run.rows, summary, None if run.path is None else str(run.path))
+
+
+def _evaluate(program: Program, state: Any, seed: int, seeds: int | None) -> dict[str, Any]:
+    """The program's evaluation; for several seeds, each seed's (with its own seed) and their mean."""
+    if seeds is None:
+        return program.evaluate(state, seed)
+    per_seed = [program.evaluate(seed_slice(state, index), seed + index) for index in range(seeds)]
+    means = {name: float(np.mean([entry[name] for entry in per_seed])) for name, value in per_seed[0].items()
+             if isinstance(value, (int, float, np.number)) and not isinstance(value, bool)}
+    return {**per_seed[0], **means, "per_seed": per_seed}
+
+
+def trainer(make_program: MakeProgram, algorithm: str) -> Callable[..., RunResult]:
+    """An algorithm's ``train(config, run_dir=None, **options)``: ``labcore.loop.train`` with its
+    ``make_program`` bound. Every algorithm on the loop exports one, so they share one signature."""
+
+    def train_algorithm(config: Any, run_dir: str | os.PathLike | None = None, **options: Any) -> RunResult:
+        return train(config, make_program, run_dir, **options)
+
+    train_algorithm.__name__ = train_algorithm.__qualname__ = "train"
+    train_algorithm.__module__ = make_program.__module__  # documented, and linked, beside its program
+    train_algorithm.__doc__ = (
+        f"Train {algorithm} with ``labcore.loop.train`` (same keyword options: log_every, checkpoint_every, "
+        f"resume, overwrite, progress, tensorboard, evaluate, seeds, on_metrics; every count in updates).")
+    return train_algorithm
 
 
 def plot(rows: list[dict[str, Any]], program: Program):
@@ -234,12 +362,13 @@ def plot(rows: list[dict[str, Any]], program: Program):
     return plot_metrics(rows, program.plotted, x_key="timesteps", title=program.name)
 
 
-def save_checkpoint(directory: str | os.PathLike, program: Program, state: Any):
-    """Checkpoint ``state`` at its update count, with the config beside it."""
+def save_checkpoint(directory: str | os.PathLike, program: Program, state: Any, seeds: int | None = None):
+    """Checkpoint ``state`` at its update count, with the config (and the number of seeds) beside it."""
     from labcore import checkpoint  # here: orbax loads only for a run that writes a checkpoint
 
-    step = program.updates_done(state)
-    return checkpoint.save(directory, step, state, {"config": runs.config_dict(program.config), "update_step": step})
+    step = updates_done(program, state, seeds)
+    return checkpoint.save(directory, step, state, {"config": runs.config_dict(program.config), "update_step": step,
+                                                    "seeds": seeds})
 
 
 def config_from_dict(config_class: type, fields: Mapping[str, Any]) -> Any:
@@ -251,11 +380,15 @@ def config_from_dict(config_class: type, fields: Mapping[str, Any]) -> Any:
 
 def load_checkpoint(path: str | os.PathLike, config_class: type, make_program: MakeProgram,
                     step: int | None = None) -> tuple[Any, Any]:
-    """(config, state) from a run folder or its checkpoints/ folder (default: the newest step)."""
+    """(config, state) from a run folder or its checkpoints/ folder (default: the newest step); a
+    run of several seeds gives their state, leaves [seeds, ...]."""
     from labcore import checkpoint
 
     directory = runs.checkpoint_dir(path)
-    config = config_from_dict(config_class, checkpoint.restore_metadata(directory, step)["config"])
-    like = make_program(config).init(jax.random.key(0))  # real arrays: typed keys need a real example
+    metadata = checkpoint.restore_metadata(directory, step)
+    config = config_from_dict(config_class, metadata["config"])
+    seeds = metadata.get("seeds")
+    init = make_program(config).init if seeds is None else jax.vmap(make_program(config).init)
+    like = init(seed_keys(config.seed, seeds))  # real arrays: typed keys need a real example
     state, _ = checkpoint.restore(directory, like=like, step=step)
     return config, state

@@ -122,6 +122,18 @@ def test_train_ppo_writes_a_results_folder_then_evaluates(tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
 
 
+def test_train_with_seeds_trains_them_in_one_vmap_into_one_run_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    flags = ["--preset", "cartpole", "--num-envs", "8", "--num-steps", "16", "--total-steps", "512", "--log-every", "2",
+             "--hidden-sizes", "16", "16", "--eval-episodes", "2", "--seed", "3"]
+    assert cli.main(["train", "pqn", *flags, "--seeds", "2", "--run-dir", str(run), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["seeds"] == 2 and summary["updates"] == 4 and len(summary["per_seed"]) == 2
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["update"] for row in rows] == [2, 4]
+    assert json.loads((run / "config.json").read_text())["seed"] == 3
+
+
 def test_train_gflownet_both_trainers_and_bad_flags(tmp_path, capsys):
     flags = ["train", "gflownet", "--loss", "db", "--ndim", "2", "--height", "4", "--iterations", "30", "--hidden-size", "16",
              "--log-every", "10"]

@@ -227,7 +227,7 @@ def test_ppo_learns_cartpole():
 def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     from labcore.agents.ppo import run as ppo_run
 
-    config = small_vault()  # 6 updates
+    config = small_vault(eval_episodes=2)  # 6 updates
     # "straight" goes into a folder that holds an earlier run (10 logged rows) and a file of the user's
     earlier = tmp_path / "straight"
     earlier.mkdir()
@@ -236,19 +236,19 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     (earlier / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="holds an earlier run"):
         ppo_run.train(config, earlier, progress=False)
-    straight = ppo_run.train(config, earlier, log_every=1, progress=False, eval_episodes=0, overwrite=True)
+    straight = ppo_run.train(config, earlier, log_every=1, progress=False, evaluate=False, overwrite=True)
     assert len(straight.metrics) == 6 and len(read_metrics(earlier)) == 6  # replaced, not appended
     assert json.loads((earlier / "summary.json").read_text())["timesteps"] == 6 * 128
     assert (earlier / "notes.txt").read_text() == "mine"  # overwrite deletes the run's files, and only those
     interrupted = tmp_path / "interrupted"
-    ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, progress=False, eval_episodes=0)
+    ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, progress=False, evaluate=False)
     import shutil
 
     shutil.rmtree(interrupted / "checkpoints" / "6")  # as if killed after the checkpoint at update 4
-    resumed = ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, resume=True, progress=False, eval_episodes=2)
+    resumed = ppo_run.train(config, interrupted, log_every=1, checkpoint_every=4, resume=True, progress=False)
     assert int(resumed.state.update_step) == 6
     assert resumed.summary["timesteps"] == 6 * 128 and "greedy_return_mean" in resumed.summary
-    assert "greedy_return_mean" not in straight.summary  # eval_episodes=0: no evaluation
+    assert "greedy_return_mean" not in straight.summary  # evaluate=False: no evaluation
     assert_same_tree(straight.state, resumed.state)
     assert [row["update"] for row in resumed.metrics] == [5, 6]
     # the folder's rows read as one run: those past the checkpoint at 4 were cut, then logged again
@@ -258,7 +258,7 @@ def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     assert config_back == config
     assert_same_tree(runner_back, straight.state)
     with pytest.raises(ValueError, match="different config"):
-        ppo_run.train(small_vault(seed=1), interrupted, resume=True, progress=False)
+        ppo_run.train(small_vault(eval_episodes=2, seed=1), interrupted, resume=True, progress=False)
     with pytest.raises(FileExistsError, match="holds an earlier run"):
         ppo_run.train(config, earlier, progress=False)  # now it holds the straight run
 

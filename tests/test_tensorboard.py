@@ -161,7 +161,7 @@ def test_ppo_run_folder_mirrors_its_metrics_in_tensorboard(tmp_path):
     from labcore.agents.ppo import run as ppo_run
 
     config = ppo.PPOConfig(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 4, hidden_size=16)
-    ppo_run.train(config, tmp_path, log_every=1, progress=False, eval_episodes=0)
+    ppo_run.train(config, tmp_path, log_every=1, progress=False, evaluate=False)
     scalars = assert_mirrors_jsonl(tmp_path, "update", ("entropy", "value_loss", "timesteps"))
     assert [step for step, _ in scalars["timesteps"]] == [1, 2, 3, 4]
 

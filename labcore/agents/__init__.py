@@ -14,4 +14,50 @@ jitted update or whole jitted training run) beside the drivers that run it:
   ``runners``, ``run``, ``timing``, ``torch_reference``);
 * ``gflownet``: ``core`` (HyperGrid losses, policy and sampler) and ``trainers`` (four trainers
   and the driver).
+
+**One contract.** ``labcore.agents.ppo``, ``pqn`` and ``dqn`` export the same names, so that
+``from labcore.agents import ppo; ppo.train(ppo.Config(...))`` reads the same for each:
+
+* ``Config``: the validated config dataclass (``PPOConfig``, ``PQNConfig``, ``DQNConfig``);
+* ``make_train(config) -> train(key)``: all of training as one pure function, to jit and vmap;
+* ``make_program(config)``: the same training as a ``labcore.loop.Program``;
+* ``train(config, run_dir=None, **options) -> labcore.loop.RunResult``: ``labcore.loop.train``
+  with the program bound (run folder, checkpoints, exact resume, seeds in one vmap);
+* ``load_checkpoint(path, step=None) -> (config, state)``;
+* ``evaluate(config, params, seed=0) -> dict``: the trained policy's episodes, summarised.
+
+(``dqn.train`` is the jitted DQN; its host loop over gymnasium, data-parallel and actor-learner
+drivers stay in their modules.) The names load on first use, so importing a package stays cheap.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+CONTRACT = ("Config", "make_train", "make_program", "train", "load_checkpoint", "evaluate")
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` that load ``name`` from ``exports[name]``
+    ("module:attribute", the module relative to the package) on first use."""
+
+    def __getattr__(name: str) -> object:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, attribute = exports[name].split(":")
+        return getattr(importlib.import_module(f"{package}.{module}"), attribute)
+
+    def __dir__() -> list[str]:
+        return sorted([*exports, *vars(importlib.import_module(package))])
+
+    return __getattr__, __dir__
+
+
+def agent_exports(package: str, config: str, make_train: str, driver: str):
+    """An algorithm package's ``__all__``, ``__getattr__`` and ``__dir__`` for the contract above:
+    ``Config`` is ``config`` ("module:class"), ``make_train`` comes from module ``make_train``, and
+    the rest from module ``driver``."""
+    exports = {"Config": config, "make_train": f"{make_train}:make_train",
+               **{name: f"{driver}:{name}" for name in CONTRACT[2:]}}
+    return (list(exports), *lazy_exports(package, exports))

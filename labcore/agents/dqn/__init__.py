@@ -9,4 +9,11 @@
 * ``data_parallel``: one update over a device mesh, three ways (pmap, shard_map, jit with shardings);
 * ``multi_process``: data-parallel DQN over every device of every process of a cluster;
 * ``actor_learner``: Ray actors feeding one learner that owns the replay (staleness, node ids, restarts, resume).
+
+The package itself exports the agent contract of ``labcore.agents`` (``train`` is the jitted DQN's, ``scan.train``): ``Config``,
+``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
 """
+
+from labcore.agents import agent_exports
+
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:DQNConfig", make_train="scan", driver="scan")

@@ -169,7 +169,8 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
     def iteration_in_phase(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
         """One iteration, with its update only once the warm-up iterations are done (for callers
         whose chunks do not stop at the warm-up's end)."""
-        learning = carry.step >= warmup_iterations * config.train_frequency
+        # Seeds of a vmapped run share the step: one cond for all of them, not both branches.
+        learning = loop.same_for_all_seeds(carry.step) >= warmup_iterations * config.train_frequency
         return jax.lax.cond(learning, lambda c: iteration(c, True), lambda c: iteration(c, False), carry)
 
     def init(params_key: jax.Array, reset_key: jax.Array, loop_key: jax.Array) -> _Carry:
@@ -228,7 +229,10 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
     ``ScanResult``) plus "timesteps" (agent steps) and "episode_return" (the mean of the episodes
     that ended in it, NaN if none did)."""
     parts = make_parts(config)
-    init_key, reset_key, eval_key, loop_key = jax.random.split(jax.random.key(config.seed), 4)
+
+    def init(key: jax.Array) -> _Carry:  # key(config.seed) splits as make_train's key does
+        init_key, reset_key, _, loop_key = jax.random.split(key, 4)
+        return parts.init(init_key, reset_key, loop_key)
 
     def update(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
         carry, metrics = parts.iteration(carry)
@@ -241,14 +245,12 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
                                  callback=callback, log_every=log_every,
                                  rows_per_burst=loop.burst_rows(config.train_frequency, log_every))
 
-    def evaluate(carry: _Carry) -> dict[str, Any]:
-        played = np.asarray(jax.jit(parts.evaluate)(carry.train_state.params, eval_key))
-        return {"eval_episodes": config.eval_episodes, "eval_epsilon": config.eval_epsilon,
-                "eval_return_mean": float(played.mean()), "eval_return_std": float(played.std())}
+    def evaluate_state(carry: _Carry, seed: int) -> dict[str, Any]:
+        return _evaluate(config, parts.evaluate, carry.train_state.params, seed)
 
     return loop.Program(
         config=config,
-        init=lambda key: parts.init(init_key, reset_key, loop_key),  # the seed is config.seed, as make_train's key
+        init=init,
         run=run,
         updates_done=lambda carry: int(carry.step) // config.train_frequency,
         num_updates=parts.warmup_iterations + parts.learn_iterations,
@@ -256,28 +258,30 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
         name=f"DQN (jitted) on {config.env_id}",
         plotted=PLOTTED,
         shown={"ret": "episode_return", "eps": "epsilon"},
-        evaluate=evaluate,
+        evaluate=evaluate_state,
     )
 
 
-def train(
-    config: dqn.DQNConfig,
-    run_dir: str | os.PathLike | None = None,
-    log_every: int = 100,
-    checkpoint_every: int | None = None,
-    resume: bool = False,
-    progress: bool = True,
-    overwrite: bool = False,
-    tensorboard: bool = True,
-    evaluate: bool = True,
-) -> loop.RunResult:
-    """Train the jitted DQN with ``labcore.loop.train``: a run folder (config, metrics every
-    ``log_every`` iterations, TensorBoard, metrics.png, summary.json), checkpoints of the whole
-    state (network, optimiser, replay buffer, envs, key) every ``checkpoint_every`` iterations, and
-    an exact resume. The result's ``state`` is the final carry (``state.train_state.params``)."""
-    return loop.train(config, make_program, run_dir, log_every=log_every, checkpoint_every=checkpoint_every,
-                      resume=resume, overwrite=overwrite, progress=progress, tensorboard=tensorboard,
-                      evaluate=evaluate)
+# train(config, run_dir=None, **options): labcore.loop.train's options, every count in updates (one
+# update: ``train_frequency`` agent steps, then a gradient step once the replay warm-up is over); a
+# run folder (config, metrics, TensorBoard, metrics.png, summary.json), checkpoints of the whole
+# state (network, optimiser, replay buffer, envs, key) and an exact resume. The result's ``state``
+# is the final carry (``state.train_state.params``).
+train = loop.trainer(make_program, "the jitted DQN")
+
+
+def evaluate(config: dqn.DQNConfig, params: Any, seed: int = 0) -> dict[str, Any]:
+    """``config.eval_episodes`` episodes at ``config.eval_epsilon`` with the key ``make_train``
+    gives its evaluation for ``seed``: their mean and spread."""
+    env, env_params = envs.make_jax_env(config.env_id)
+    return _evaluate(config, make_evaluate(config, env, env_params), params, seed)
+
+
+def _evaluate(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) -> dict[str, Any]:
+    eval_key = jax.random.split(jax.random.key(seed), 4)[2]  # make_train's split of its key
+    played = np.asarray(jax.jit(play)(params, eval_key))
+    return {"eval_episodes": config.eval_episodes, "eval_epsilon": config.eval_epsilon,
+            "eval_return_mean": float(played.mean()), "eval_return_std": float(played.std())}
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, _Carry]:

@@ -3,4 +3,11 @@
 * ``core``: ``PPOConfig``, the masked policy, and all of training as one jitted ``train(key)``
   (PureJaxRL style), plus the trained policy's returns;
 * ``run``: the driver: results folder, progress bar, checkpoints, exact resume, evaluation.
+
+The package itself exports the agent contract of ``labcore.agents``: ``Config``,
+``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
 """
+
+from labcore.agents import agent_exports
+
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:PPOConfig", make_train="core", driver="run")

@@ -68,6 +68,7 @@ class PPOConfig:
     # 'bfloat16': the network's matmuls and activations run in bfloat16; parameters, optimizer
     # state and the loss stay float32 (see labcore.nets.actor_critic)
     compute_dtype: str = "float32"
+    eval_episodes: int = 64  # greedy, sampled and random episodes played by the evaluation at the end
     seed: int = 0
 
     # What devices.auto_tune shrinks this config to, per device class. The batch (num_envs x
@@ -92,7 +93,8 @@ class PPOConfig:
         require = validation.requirer(self)
 
         require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
-        validation.require_ints(self, "num_envs", "num_steps", "total_steps", "num_minibatches", "update_epochs", "hidden_size", "num_layers")
+        validation.require_ints(self, "num_envs", "num_steps", "total_steps", "num_minibatches", "update_epochs", "hidden_size", "num_layers",
+                                 "eval_episodes")
         require(
             (self.num_envs * self.num_steps) % self.num_minibatches == 0,
             "num_minibatches",

@@ -21,7 +21,6 @@ A run directory (``labcore.runs.RunDir``) holds:
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -34,9 +33,10 @@ from labcore.agents.ppo import core as ppo
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
 
 
-def make_program(config: ppo.PPOConfig, callback=None, log_every: int = 1, eval_episodes: int = 64) -> loop.Program:
+def make_program(config: ppo.PPOConfig, callback=None, log_every: int = 1) -> loop.Program:
     """PPO as a ``labcore.loop.Program``; logged rows also pass an ``EntropyWatch`` (a warning if the
-    policy's entropy collapses early). eval_episodes: greedy, sampled and random episodes at the end."""
+    policy's entropy collapses early). Its evaluation plays ``config.eval_episodes`` greedy, sampled
+    and random episodes."""
     if callback is not None:
         callback = ppo.EntropyWatch(config, then=callback)
     agent = ppo.make_ppo(config, callback=callback, log_every=log_every)
@@ -51,31 +51,14 @@ def make_program(config: ppo.PPOConfig, callback=None, log_every: int = 1, eval_
         name=f"PPO on {config.env_id} ({masked})",
         plotted=PLOTTED,
         shown={"ret": "episode_return", "ent": "entropy"},
-        evaluate=(lambda runner: evaluate(agent, runner.params, eval_episodes, seed=config.seed + 1))
-        if eval_episodes > 0 else None,
+        evaluate=lambda runner, seed: _evaluate(agent, runner.params, seed + 1),
         summarize=lambda rows: {"max_invalid_action_rate": max((row["invalid_action_rate"] for row in rows), default=None)},
     )
 
 
-def train(
-    config: ppo.PPOConfig,
-    run_dir: str | os.PathLike | None = None,
-    log_every: int = 10,
-    checkpoint_every: int | None = None,
-    resume: bool = False,
-    progress: bool = True,
-    eval_episodes: int = 64,  # 0: no evaluation at the end
-    overwrite: bool = False,
-    tensorboard: bool = True,
-) -> loop.RunResult:
-    """Train ``config`` end to end with ``labcore.loop.train``; with ``run_dir``, write the folder
-    described above. log_every, checkpoint_every: in updates (checkpoint_every default: one chunk,
-    checkpointed at the end). resume: continue from the newest intact checkpoint in run_dir,
-    written with the same config. A run_dir holding an earlier run is refused unless resume or
-    overwrite is set. The result's ``state`` is the final ``RunnerState``."""
-    return loop.train(config, functools.partial(make_program, eval_episodes=eval_episodes), run_dir,
-                      log_every=log_every, checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
-                      progress=progress, tensorboard=tensorboard)
+# train(config, run_dir=None, **options): labcore.loop.train's options, every count in updates;
+# writes the folder described above; the result's ``state`` is the final ``RunnerState``.
+train = loop.trainer(make_program, "PPO")
 
 
 def play_returns(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -87,8 +70,13 @@ def play_returns(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) 
             "random": np.asarray(random_play)}
 
 
-def evaluate(agent: ppo.PPO, params: Any, num_episodes: int, seed: int = 0) -> dict[str, Any]:
-    """Mean and spread of greedy, sampled and random-legal play on the same ``num_episodes`` layouts."""
+def evaluate(config: ppo.PPOConfig, params: Any, seed: int = 0) -> dict[str, Any]:
+    """Mean and spread of greedy, sampled and random-legal play on the same ``config.eval_episodes`` layouts."""
+    return _evaluate(ppo.make_ppo(config), params, seed)
+
+
+def _evaluate(agent: ppo.PPO, params: Any, seed: int) -> dict[str, Any]:
+    num_episodes = agent.config.eval_episodes
     returns = play_returns(agent, params, num_episodes, seed)
     return {
         "eval_episodes": num_episodes,

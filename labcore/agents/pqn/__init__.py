@@ -4,4 +4,11 @@
   one jitted ``train(key)`` over vectorised gymnax envs (epsilon-greedy rollouts, Q(lambda) targets,
   minibatch epochs), vmappable over seeds;
 * ``run``: the driver: results folder, progress bar, checkpoints, exact resume, evaluation.
+
+The package itself exports the agent contract of ``labcore.agents``: ``Config``,
+``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
 """
+
+from labcore.agents import agent_exports
+
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:PQNConfig", make_train="core", driver="run")

@@ -46,34 +46,21 @@ def make_program(config: pqn.PQNConfig, callback=None, log_every: int = 1) -> lo
         name=f"PQN on {config.env_id}",
         plotted=PLOTTED,
         shown={"ret": "episode_return", "eps": "epsilon"},
-        evaluate=lambda runner: evaluate(agent, runner.params, seed=config.seed + 1),
+        evaluate=lambda runner, seed: _evaluate(agent, runner.params, seed + 1),
     )
 
 
-def train(
-    config: pqn.PQNConfig,
-    run_dir: str | os.PathLike | None = None,
-    log_every: int = 10,
-    checkpoint_every: int | None = None,
-    resume: bool = False,
-    progress: bool = True,
-    overwrite: bool = False,
-    tensorboard: bool = True,
-    evaluate: bool = True,
-) -> loop.RunResult:
-    """Train ``config`` end to end with ``labcore.loop.train``; with ``run_dir``, write the folder
-    described above. log_every, checkpoint_every: in updates (checkpoint_every default: one chunk,
-    checkpointed at the end). resume: continue from the newest intact checkpoint in run_dir,
-    written with the same config. evaluate: play ``config.eval_episodes`` episodes at
-    ``config.eval_epsilon`` and as many at random at the end. The result's ``state`` is the final
-    ``RunnerState``."""
-    return loop.train(config, make_program, run_dir, log_every=log_every, checkpoint_every=checkpoint_every,
-                      resume=resume, overwrite=overwrite, progress=progress, tensorboard=tensorboard,
-                      evaluate=evaluate)
+# train(config, run_dir=None, **options): labcore.loop.train's options, every count in updates;
+# writes the folder described above; the result's ``state`` is the final ``RunnerState``.
+train = loop.trainer(make_program, "PQN")
 
 
-def evaluate(agent: pqn.PQN, params: Any, seed: int = 0) -> dict[str, Any]:
-    """Mean and spread of ``eval_episodes`` episodes at ``eval_epsilon``, beside random play."""
+def evaluate(config: pqn.PQNConfig, params: Any, seed: int = 0) -> dict[str, Any]:
+    """Mean and spread of ``config.eval_episodes`` episodes at ``config.eval_epsilon``, beside random play."""
+    return _evaluate(pqn.make_pqn(config), params, seed)
+
+
+def _evaluate(agent: pqn.PQN, params: Any, seed: int) -> dict[str, Any]:
     key = jax.random.key(seed)
     played = np.asarray(jax.jit(agent.evaluate)(params, key))
     random_play = jax.jit(lambda k: evaluation.random_returns(agent.env, agent.env_params, k, agent.config.eval_episodes))
