@@ -5,8 +5,9 @@ tested copy of every algorithm they use. Import cost is kept small on purpose:
 ``import labcore`` does not import JAX, so a notebook can set ``XLA_FLAGS`` or
 ``JAX_PLATFORMS`` after importing labcore and before its first JAX import.
 
-``import labcore`` does turn on JAX's persistent compilation cache (a folder in the user's cache
-directory; ``LABCORE_COMPILATION_CACHE=0`` turns it off): see ``labcore.compile_cache``.
+``import labcore`` changes no global setting. JAX's persistent compilation cache (a folder in the
+user's cache directory, so that a later process skips most compiles) is one call away,
+``labcore.compile_cache.configure()``, which the CLI and every notebook's setup cell make.
 """
 
 from __future__ import annotations
@@ -19,10 +20,6 @@ __version__ = "0.2.0"
 __all__ = ["__version__", "budget", "is_quick"]
 
 T = TypeVar("T")
-
-from labcore import compile_cache as _compile_cache  # noqa: E402  (sets environment variables only)
-
-_compile_cache.configure()
 
 QUICK_ENV_VAR = "LABCORE_QUICK"
 

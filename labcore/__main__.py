@@ -432,6 +432,9 @@ def _eval_dqn(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from labcore import compile_cache
+
+    compile_cache.configure()  # the CLI opts into JAX's persistent compilation cache, before JAX starts
     words = sys.argv[1:] if argv is None else argv
     if words[:2] in (["train", "iqn"], ["eval", "iqn"]):
         _cpu_scheduler_flag()

@@ -1,12 +1,14 @@
-"""JAX's persistent compilation cache, on by default for everything that imports labcore.
+"""JAX's persistent compilation cache, turned on by one call: ``compile_cache.configure()``.
 
 XLA compiles every jitted program the first time a process calls it: seconds to a minute for a
 training loop, paid again in every new kernel or command. JAX can keep the compiled programs on
 disk and load them in a later process instead (the persistent compilation cache). On the 2-core
 reference CPU this roughly halves a second run: notebook 02 in quick mode went from 68 s to 29 s,
 and ``python -m labcore train ppo --total-steps 65536`` from 33 s to 15 s (docs/results/devices.md has the
-table and the command that measured it, benchmarks/compile_cache.py). So ``import labcore`` turns
-the cache on, before JAX is imported where it can:
+table and the command that measured it, benchmarks/compile_cache.py). ``configure()`` turns the
+cache on, before JAX is imported where it can; the CLI (``python -m labcore ...``), every
+notebook's setup cell and the test suite call it, and a program of yours opts in the same way.
+``import labcore`` itself changes no setting:
 
     folder     $XDG_CACHE_HOME/labcore/jax, else ~/.cache/labcore/jax
     off        LABCORE_COMPILATION_CACHE=0 (in the shell, or in os.environ before `import labcore`);
@@ -15,8 +17,8 @@ the cache on, before JAX is imported where it can:
     yours      JAX_COMPILATION_CACHE_DIR (or jax.config's jax_compilation_cache_dir) already set,
                and the switch unset: labcore leaves JAX's own settings alone
 
-It sets JAX's own environment variables, so processes labcore starts (the launcher's workers, the
-actor-learner's actors) inherit the same cache. Programs are cached whatever their compile time
+It sets JAX's own environment variables, so processes started afterwards (the launcher's workers,
+the actor-learner's actors) inherit the same cache without a call of their own. Programs are cached whatever their compile time
 (JAX's default keeps only those over one second; on a CPU many of a notebook's programs compile
 faster than that and still add up). A cached program is the program XLA would compile: the
 results are the same, only the compile is skipped. The cache is not pruned; ``status()`` reports
@@ -84,7 +86,8 @@ _setting: CacheSetting | None = None
 
 
 def configure() -> CacheSetting:
-    """Turn the cache on (or leave it off) as the environment says; ``import labcore`` calls this.
+    """Turn the cache on (or leave it off) as the environment says: the one call that opts a
+    process in (the CLI, the notebooks' setup cell and tests/conftest.py make it).
 
     Sets ``JAX_COMPILATION_CACHE_DIR`` and a zero minimum compile time in ``os.environ`` (read by
     JAX when it is imported, and inherited by child processes). If JAX is already imported the
@@ -286,9 +289,19 @@ def hits() -> int:
     return _hits
 
 
+def _unconfigured() -> CacheSetting:
+    """What JAX does in a process that has not called configure(): what its environment says."""
+    if os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in _OFF_VALUES:
+        return CacheSetting(None, "off: turned off by the process that started this one")
+    if os.environ.get(JAX_DIR_ENV_VAR):  # a parent's configure(), or the user's own JAX setting
+        return _decide({key: value for key, value in os.environ.items() if key != SWITCH_ENV_VAR})
+    return CacheSetting(None, "off: this process has not turned it on (labcore.compile_cache.configure(); "
+                              "the CLI and the notebooks' setup cell call it)")
+
+
 def status() -> dict[str, object]:
     """Whether the cache is on, its folder, why, and how many entries and bytes it holds now."""
-    setting = _setting if _setting is not None else _decide(dict(os.environ))  # before configure() ran
+    setting = _setting if _setting is not None else _unconfigured()
     entries, size = 0, 0
     if setting.enabled and setting.folder.is_dir():
         for path in setting.folder.iterdir():

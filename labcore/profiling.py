@@ -450,7 +450,7 @@ def compile_and_run_seconds(jitted_fn: Callable[..., Any], *args: Any, repeats: 
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     # A compile answered from a cache is not a compile. lower().compile() of a function compiled
     # before in this process returns the in-memory executable in microseconds, and with the
-    # persistent cache on (labcore turns it on) a program compiled in any earlier session is read
+    # persistent cache on (compile_cache.configure()) a program compiled in any earlier session is read
     # from disk: clear the first, switch the second off for the measurement.
     jax.clear_caches()
     with compile_cache.disabled():

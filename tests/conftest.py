@@ -26,6 +26,13 @@ os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", "")] + [flag for flag in _FLAGS if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]
 ).strip()
 
+# The tests opt into JAX's persistent compilation cache as the CLI and the notebooks do
+# (``import labcore`` alone changes no setting): the test processes, the notebooks' kernels and the
+# commands the tests start then read one another's compiled programs.
+from labcore import compile_cache  # noqa: E402  (does not import jax)
+
+compile_cache.configure()
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 

@@ -1,4 +1,5 @@
-"""labcore turns JAX's persistent compilation cache on at import, with an off switch.
+"""One call, ``labcore.compile_cache.configure()``, turns JAX's persistent compilation cache on (the
+CLI and the notebooks' setup cell make it), with an off switch; ``import labcore`` changes nothing.
 
 Each case runs in a fresh Python process (the cache is decided when JAX is imported and at the
 first compile), with its own cache folder, and watches JAX's own monitoring events to see whether
@@ -21,8 +22,9 @@ PROBE = """
 import json, sys
 {before}
 import labcore
-import jax, jax.numpy as jnp
 from labcore import compile_cache
+{configure}
+import jax, jax.numpy as jnp
 events = []
 jax.monitoring.register_event_listener(lambda event, **kw: events.append(event))
 jax.jit(lambda x: jnp.tanh(x) * 3.0 + 1.0)(jnp.arange(5.0)).block_until_ready()
@@ -35,7 +37,8 @@ print(json.dumps({{"status": compile_cache.status(), "events": events, "extra": 
 """
 
 
-def _probe(env_changes: dict[str, str | None], before: str = "", after: str = "", cwd=None) -> dict:
+def _probe(env_changes: dict[str, str | None], before: str = "", after: str = "", cwd=None,
+           configure: str = "compile_cache.configure()") -> dict:
     # A clean slate, but for the CPU check's answer, which this process's own import found
     # (the tests of the check itself take it out).
     env = {key: value for key, value in os.environ.items()
@@ -46,7 +49,7 @@ def _probe(env_changes: dict[str, str | None], before: str = "", after: str = ""
             env.pop(key, None)
         else:
             env[key] = value
-    done = subprocess.run([sys.executable, "-c", PROBE.format(before=before, after=after)], env=env,
+    done = subprocess.run([sys.executable, "-c", PROBE.format(before=before, after=after, configure=configure)], env=env,
                           capture_output=True, text=True, timeout=120, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -111,7 +114,33 @@ def test_a_folder_that_cannot_be_created_leaves_it_off_without_failing(tmp_path)
     assert result["jax_dir"] is None and HIT not in result["events"]
 
 
-def test_importing_labcore_after_jax_compiled_still_turns_it_on(tmp_path):
+def test_importing_labcore_changes_no_setting(tmp_path):
+    """Importing labcore (and its library modules) sets no environment variable and no JAX option:
+    the cache stays off until the process calls configure()."""
+    after = """
+extra = {"changed": sorted(key for key in set(os.environ) | set(start)
+                           if os.environ.get(key) != start.get(key))}
+"""
+    before = "import os, jax; start = dict(os.environ)  # after jax's import, which sets variables of its own"
+    result = _probe({"XDG_CACHE_HOME": str(tmp_path)}, before=before, configure="import labcore.loop, labcore.agents.ppo",
+                    after="import os\n" + after)
+    assert result["extra"]["changed"] == []
+    assert not result["status"]["enabled"] and "configure()" in result["status"]["reason"]
+    assert result["jax_dir"] is None and HIT not in result["events"] and not (tmp_path / "labcore").exists()
+
+
+def test_a_child_process_uses_the_cache_its_parent_turned_on_without_a_call(tmp_path):
+    # A worker of `python -m labcore launch`, an actor: their environment carries JAX's own
+    # variables, which JAX reads at import.
+    parent = _probe({"XDG_CACHE_HOME": str(tmp_path)})
+    inherited = {key: parent["environ"][key] for key in (compile_cache.JAX_DIR_ENV_VAR, compile_cache.INHERITED_ENV_VAR,
+                                                         compile_cache.JAX_MIN_TIME_ENV_VAR)}
+    child = _probe({**inherited, "XDG_CACHE_HOME": str(tmp_path / "unused")}, configure="")
+    assert HIT in child["events"] and child["jax_dir"] == str(tmp_path / "labcore" / "jax")
+    assert child["status"]["enabled"] and not (tmp_path / "unused").exists()
+
+
+def test_configure_after_jax_compiled_still_turns_it_on(tmp_path):
     # JAX takes its once-per-process decision at the first compile; labcore resets it.
     before = "import jax, jax.numpy as jnp; jax.jit(lambda x: x - 1.0)(jnp.ones(2)).block_until_ready()"
     result = _probe({"XDG_CACHE_HOME": str(tmp_path)}, before=before)

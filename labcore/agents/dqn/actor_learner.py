@@ -75,6 +75,11 @@ class RolloutActor:
     """
 
     def __init__(self, config_fields: dict, rank: int, envs_per_actor: int, rollout_steps: int):
+        from labcore import compile_cache
+
+        # An actor is a process of labcore's own, like the CLI: it opts into the compilation cache
+        # (on a node that `ray start` began, it cannot inherit the driver's environment).
+        compile_cache.configure()
         import jax
         import jax.numpy as jnp
 
