@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from labcore import compile_cache
-from labcore.benchmarking import write_results
+from labcore.tools.benchmarking import write_results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = {

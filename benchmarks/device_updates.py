@@ -36,7 +36,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from labcore.agents.dqn import core as dqn  # noqa: E402
 from labcore.agents.ppo import core as ppo
-from labcore.benchmarking import time_call, write_results  # noqa: E402
+from labcore.tools.benchmarking import time_call, write_results  # noqa: E402
 from labcore.nets.q_networks import make_q_network  # noqa: E402
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from labcore import distributed
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import actor_learner as dqn_actor_learner
-from labcore.benchmarking import write_results
+from labcore.tools.benchmarking import write_results
 
 FLAGS = ["--env", "CartPole-v1", "--learning-starts", "1000", "--buffer-size", "5000", "--exploration-fraction", "0.3",
          "--log-every", "1000"]

@@ -37,7 +37,7 @@ import numpy as np
 from labcore import devices, envs
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import host_loop as dqn_loop
-from labcore.benchmarking import time_call, write_results
+from labcore.tools.benchmarking import time_call, write_results
 
 
 def labcore_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:

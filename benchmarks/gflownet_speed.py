@@ -26,7 +26,7 @@ os.environ["LABCORE_COMPILATION_CACHE"] = "0"
 
 from labcore.agents.gflownet import trainers as gflownet_train  # noqa: E402
 from labcore.agents.gflownet.core import GFlowNetConfig  # noqa: E402
-from labcore.benchmarking import write_results  # noqa: E402
+from labcore.tools.benchmarking import write_results  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

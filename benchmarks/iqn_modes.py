@@ -52,10 +52,10 @@ os.environ["LABCORE_COMPILATION_CACHE"] = "0"
 from labcore.agents.iqn import runners  # noqa: E402
 from labcore.agents.iqn.run_config import MODES, IQNRunConfig  # noqa: E402
 from labcore.agents.iqn.timing import epoch_flops, timed_block, timing_config, warmup_epochs  # noqa: E402
-from labcore.benchmarking import matmul_rate, write_results  # noqa: E402
+from labcore.tools.benchmarking import matmul_rate, write_results  # noqa: E402
 
 # The timing helpers (the reference configuration at epsilon 0, the warm-up, the analytic matmul
-# FLOPs and the timed block) live in labcore.agents.iqn.timing and labcore.benchmarking, so that
+# FLOPs and the timed block) live in labcore.agents.iqn.timing and labcore.tools.benchmarking, so that
 # they are tested with the package and importable from an installed labcore.
 
 

@@ -1,6 +1,6 @@
 """How much does jax.jit speed up a chain of element-wise operations, by array size?
 
-The measurement behind notebook 00's plot: `labcore.doctor.elementwise_chain` (a dozen
+The measurement behind notebook 00's plot: `labcore.tools.doctor.elementwise_chain` (a dozen
 element-wise ops) timed op by op and jitted, compile excluded, at each vector length.
 
     python benchmarks/jit_speedup.py                 # sizes 1e2 .. 1e7
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from labcore import doctor
-from labcore.benchmarking import write_results
+from labcore.tools import doctor
+from labcore.tools.benchmarking import write_results
 
 
 def main(argv: list[str] | None = None) -> None:

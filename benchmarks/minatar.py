@@ -1,6 +1,6 @@
 """DQN (the jitted scan) and PQN on MinAtar, side by side in one run: curves, wall time, time to a score.
 
-For each game, each algorithm trains ``--seeds`` seeds at once (``labcore.curves``: a point of the
+For each game, each algorithm trains ``--seeds`` seeds at once (``labcore.course.curves``: a point of the
 learning curve against env steps and against wall time at each chunk's end, compiles apart):
 
 * DQN: ``DQNConfig.minatar`` (the MinAtar paper's DQN: one update of 32 transitions per agent
@@ -8,7 +8,7 @@ learning curve against env steps and against wall time at each chunk's end, comp
 * PQN: ``PQNConfig.minatar`` (the PQN paper's settings: 128 envs x 32 steps, LayerNorm,
   Q(lambda)), ``labcore.agents.pqn.core``.
 
-Beside each run: the MinAtar paper's DQN at the same env steps (``labcore.published``), and the
+Beside each run: the MinAtar paper's DQN at the same env steps (``labcore.course.published``), and the
 time to ``--score`` (default: the published DQN return at ``--pqn-steps``; a run that never
 reaches it says so). Three seeds of DQN cannot run long enough here to reach that, so ``--race``
 times one seed of each to a lower fixed score, side by side, each stopping at the first chunk
@@ -31,10 +31,10 @@ import os
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
 os.environ["LABCORE_COMPILATION_CACHE"] = "0"  # compile times are real compiles
 
-from labcore import curves, published  # noqa: E402
+from labcore.course import curves, published  # noqa: E402
 from labcore.agents.dqn.core import DQNConfig  # noqa: E402
 from labcore.agents.pqn.core import PQNConfig  # noqa: E402
-from labcore.benchmarking import write_results  # noqa: E402
+from labcore.tools.benchmarking import write_results  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,7 +33,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from labcore.agents.ppo import core as ppo  # noqa: E402
-from labcore.benchmarking import write_results  # noqa: E402
+from labcore.tools.benchmarking import write_results  # noqa: E402
 
 
 def timed_run(config: ppo.PPOConfig, seeds: int | None = None, metrics_callback: bool = True) -> dict:

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from labcore.agents.dqn import core as dqn  # noqa: E402
 from labcore.agents.dqn import host_loop as dqn_loop
 from labcore.agents.dqn import scan as dqn_scan
-from labcore.benchmarking import write_results  # noqa: E402
+from labcore.tools.benchmarking import write_results  # noqa: E402
 
 
 def host_loop_steps_per_second(config: dqn.DQNConfig) -> float:

@@ -481,11 +481,11 @@ def main(argv: list[str] | None = None) -> int:
         distributed.cluster_check()
         return 0
     if args.command == "doctor":
-        from labcore import doctor
+        from labcore.tools import doctor
 
         doctor.run(matmul_n=args.matmul_n, vector_size=args.vector_size, as_json=args.json)
     elif args.command == "exercises":
-        from labcore import exercises
+        from labcore.course import exercises
 
         for name in exercises.names():
             print(f"{name:<24} {exercises.get(name).description.splitlines()[0]}")

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 from conftest import REPO_ROOT
-from labcore.benchmarking import Timing, markdown_table, time_call, write_results
+from labcore.tools.benchmarking import Timing, markdown_table, time_call, write_results
 
 
 def test_time_call_warms_up_then_times_each_repeat():

@@ -5,7 +5,7 @@ import sys
 import jax.numpy as jnp
 import pytest
 
-from labcore import doctor
+from labcore.tools import doctor
 
 
 def test_stack_versions_include_the_core_stack():

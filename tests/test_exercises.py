@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from labcore import exercises, primitives
-from labcore.exercises import nb08_debugging
+from labcore.course import exercises, primitives
+from labcore.course.exercises import nb08_debugging
 
 
 # ----------------------------------------------------------------------------------------------
@@ -630,7 +630,7 @@ def test_device_count_exercises_refuse_to_check_on_a_single_device():
 
     script = textwrap.dedent("""
         import jax
-        from labcore import exercises
+        from labcore.course import exercises
         assert jax.device_count() == 1, jax.devices()
         for name in ("shard_map_pmean", "global_batch_array"):
             assert exercises.check(name, exercises.get(name).solution, seed=0) is False
@@ -649,7 +649,7 @@ def test_device_count_exercises_refuse_to_check_on_a_single_device():
 
 def test_progress_reports_each_exercise_by_notebook(monkeypatch, capsys):
     from labcore import losses
-    from labcore.exercises import checking
+    from labcore.course.exercises import checking
 
     monkeypatch.setattr(checking, "_RESULTS", {})
     assert set(exercises.progress(verbose=False).values()) == {"not tried"}

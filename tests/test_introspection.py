@@ -2,7 +2,7 @@
 
 import jax.numpy as jnp
 
-from labcore import introspection
+from labcore.tools import introspection
 
 
 def test_jaxpr_text_shows_the_traced_operations():

@@ -340,7 +340,7 @@ def test_timing_config_warmup_and_epoch_flops():
 
 
 def test_timed_block_times_whole_epochs_and_excludes_the_compile():
-    from labcore.benchmarking import matmul_rate
+    from labcore.tools.benchmarking import matmul_rate
 
     runner = runners.make_runner(small("jax_fused"))
     seconds = timing.timed_block(runner, epochs=3, per_call=2)  # compiles the 2-epoch program first

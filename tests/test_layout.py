@@ -63,26 +63,36 @@ def within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-# The layers, bottom up. A module may import from its own layer and the layers below it, never above:
-# the shared building blocks know nothing of the algorithms, the algorithms know nothing of each
-# other, and only the command line and the exercises sit above them.
+# The layers, bottom up: the library (everything not named below), the tools (labcore.tools: doctor,
+# profiling, benchmarking, ...), the course material (labcore.course: exercises, source listings,
+# experiments) and the command line (labcore.__main__). A module may import from its own layer and
+# the layers below it, never above. Inside the library, the shared building blocks know nothing of
+# the algorithms, and the algorithms know nothing of each other; the tools know no algorithm either.
+LAYERS = ("labcore.tools", "labcore.course", "labcore.__main__")  # above the library, in order
 LOWER_THAN_AGENTS = (
     "labcore.envs", "labcore.nets", "labcore.replay", "labcore.losses", "labcore.torch_ref", "labcore.validation",
     "labcore.evaluation", "labcore.runs", "labcore.checkpoint", "labcore.logging", "labcore.devices",
-    "labcore.distributed", "labcore.primitives", "labcore.introspection", "labcore.benchmarking", "labcore.doctor",
-    "labcore.compile_cache", "labcore.profiling", "labcore.memory_profile",
+    "labcore.distributed", "labcore.ray_cluster", "labcore.compile_cache", "labcore.loop", "labcore.tools",
 )
 ALGORITHMS = ("dqn", "ppo", "pqn", "iqn", "gflownet")
-TOP = ("labcore.__main__", "labcore.exercises")
+EXERCISES = "labcore.course.exercises"
+
+
+def layer(name: str) -> int:
+    """0 for the library, then 1, 2, 3 for the tools, the course and the command line."""
+    return next((index + 1 for index, top in enumerate(LAYERS) if within(name, top)), 0)
 
 
 def layering_violations(imports_of: dict[str, set[str]]) -> list[str]:
     """The imports that break the layering, as 'importer -> imported' lines."""
     problems = []
+    names = ("the library", "the tools", "the course", "the command line")
     for importer, imported in imports_of.items():
         for name in sorted(imported):
-            if any(within(name, top) for top in TOP) and not any(within(importer, top) for top in TOP):
-                problems.append(f"{importer} -> {name} (nothing imports the command line or the exercises)")
+            if layer(name) > layer(importer):
+                problems.append(f"{importer} -> {name} ({names[layer(importer)]} imports {names[layer(name)]})")
+            if within(name, EXERCISES) and not (within(importer, EXERCISES) or importer == "labcore.__main__"):
+                problems.append(f"{importer} -> {name} (only the command line imports the exercises)")
             if any(within(importer, low) for low in LOWER_THAN_AGENTS) and within(name, "labcore.agents"):
                 problems.append(f"{importer} -> {name} (a shared building block imports an algorithm)")
             if within(importer, "labcore.envs") and any(
@@ -108,10 +118,15 @@ def test_no_lower_module_imports_a_higher_one():
         ("labcore.envs.hypergrid", "labcore.agents.gflownet"),
         ("labcore.replay", "labcore.agents.dqn.core"),
         ("labcore.devices", "labcore.agents.ppo.core"),
-        ("labcore.losses", "labcore.exercises"),
+        ("labcore.losses", "labcore.course.exercises"),
         ("labcore.agents.iqn.core", "labcore.agents.dqn.core"),
         ("labcore.envs.vault", "labcore.nets.actor_critic"),
         ("labcore.agents.ppo.core", "labcore.__main__"),
+        ("labcore.runs", "labcore.tools.introspection"),
+        ("labcore.agents.dqn.scan", "labcore.course.curves"),
+        ("labcore.tools.doctor", "labcore.course.source"),
+        ("labcore.course.curves", "labcore.course.exercises"),
+        ("labcore.tools.benchmarking", "labcore.agents.dqn.core"),
     ],
 )
 def test_the_layering_check_catches_each_kind_of_inversion(importer, imported):

@@ -3,7 +3,7 @@
 A notebook here must: be valid nbformat; be committed without outputs; open with a markdown
 title that says what it teaches; have as first code cell the Colab setup cell from
 colab/setup_cell.py; size its training with labcore.budget; check results with assert; set at
-least three exercises checked by labcore.exercises, on the learner's stub or on a broken function
+least three exercises checked by labcore.course.exercises, on the learner's stub or on a broken function
 to fix (never on a visible solution); read no
 file outside the installed package (users run the notebooks after a non-editable install, on
 Colab or from any folder, where the repository's tests/, benchmarks/ and README are not there);
@@ -23,8 +23,8 @@ import nbformat
 import pytest
 
 from conftest import NOTEBOOKS_DIR, REPO_ROOT
-from labcore import exercises
-from labcore.exercises import nb08_debugging
+from labcore.course import exercises
+from labcore.course.exercises import nb08_debugging
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 SETUP_CELL = (REPO_ROOT / "colab" / "setup_cell.py").read_text().strip()
@@ -140,7 +140,7 @@ def test_repository_read_rule_catches_reads_outside_the_package(source):
     'runs_dir = Path("runs") / "05_masked_ppo"  # written next to the notebook',
     'print("the same comparisons run in tests/test_iqn_parity.py on every commit")',
     "# benchmarks/iqn_modes.py measures the same at a larger size\nx = 1",
-    'from labcore.agents.iqn.timing import timed_block\nfrom labcore.benchmarking import matmul_rate',
+    'from labcore.agents.iqn.timing import timed_block\nfrom labcore.tools.benchmarking import matmul_rate',
     'workdir = Path(tempfile.mkdtemp(prefix="labcore-03-"))',
     'package_data = pathlib.Path(labcore.__file__).parent / "envs"',
     'x = a[1:3]  # slices are not paths\ny = f"{x!r}"',
@@ -180,7 +180,7 @@ def exercise_problems(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
             if handed_out is not None:  # a find-the-bug exercise: checked on the broken function, verbatim
                 if not (function == handed_out.__name__ and inspect.getsource(handed_out) in source):
                     errors.append(f"code cell {index}: {name!r} must be checked on the broken {handed_out.__name__} "
-                                  "that labcore.exercises hands out, defined verbatim in the same cell")
+                                  "that labcore.course.exercises hands out, defined verbatim in the same cell")
             elif not (function and re.search(rf"^def {function}\(", source, re.MULTILINE) and "raise NotImplementedError" in source):
                 errors.append(f"code cell {index}: {name!r} must be checked on a stub defined in the same cell "
                               "that raises NotImplementedError (the learner's answer), not on a solution")
@@ -189,7 +189,7 @@ def exercise_problems(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
     asked = {match.group(1) for source in code_cells(nb) for match in SOLUTION_CALL.finditer(source)}
     markdown = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
     if checked and not asked and "solution(" not in markdown:
-        errors.append("the notebook never tells the reader how to see a solution (labcore.exercises.solution)")
+        errors.append("the notebook never tells the reader how to see a solution (labcore.course.exercises.solution)")
     return {"checked": checked, "errors": errors}
 
 
@@ -254,7 +254,7 @@ TRAINING_CORES = {
 def test_show_source_resolution_follows_the_notebooks_imports():
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("from labcore.agents.dqn import core as dqn\nimport labcore.agents.ppo.core\n"
-                                  "from labcore.source import show_source"),
+                                  "from labcore.course.source import show_source"),
         nbformat.v4.new_code_cell('show_source(dqn.make_update)\nshow_source(labcore.agents.ppo.core.make_ppo, piece="loss_fn")'),
     ])
     assert shown_sources(nb) == {"labcore.agents.dqn.core.make_update", "labcore.agents.ppo.core.make_ppo"}
@@ -263,7 +263,7 @@ def test_show_source_resolution_follows_the_notebooks_imports():
 def test_exercise_rule_catches_visible_solutions(monkeypatch):
     import dataclasses
 
-    from labcore.exercises import checking
+    from labcore.course.exercises import checking
 
     name = "rule_example"
     base = exercises.get(exercises.names()[0])

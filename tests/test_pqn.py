@@ -9,7 +9,8 @@ import pytest
 
 from conftest import assert_same_tree
 
-from labcore import losses, published
+from labcore import losses
+from labcore.course import published
 from labcore.__main__ import main as cli
 from labcore.agents.pqn import core as pqn
 from labcore.logging import read_metrics
@@ -235,7 +236,7 @@ def test_published_curves_interpolate_and_never_extrapolate():
 @pytest.mark.end_to_end
 def test_curves_of_the_jitted_dqn_and_pqn_side_by_side():
     """On CartPole (the MinAtar presets run in notebook 09 under nbval; their fields are checked here)."""
-    from labcore import curves
+    from labcore.course import curves
     from labcore.agents.dqn.core import DQNConfig
 
     minatar = DQNConfig.minatar(total_steps=900, learning_starts=500)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from labcore import profiling
+from labcore.tools import profiling
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.agents.ppo import core as ppo

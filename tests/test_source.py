@@ -9,7 +9,7 @@ import pytest
 
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
-from labcore.source import Source, show_source
+from labcore.course.source import Source, show_source
 
 
 def test_a_whole_function_is_its_module_source_with_file_and_lines():

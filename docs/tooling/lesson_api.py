@@ -8,8 +8,8 @@ folder, checkpoints, resume), its checkpoint loader where it has one, and its ev
 modules the lesson teaches with; lessons 00, 06 and 08 list the modules they teach.
 
 A path is the object's home, the module that defines it (where the API reference documents it),
-not a module that re-exports it: ``labcore.exercises.checking.check``, not
-``labcore.exercises.check``. ``python docs/tooling/lesson_api.py`` (and ``check()``) imports
+not a module that re-exports it: ``labcore.course.exercises.checking.check``, not
+``labcore.course.exercises.check``. ``python docs/tooling/lesson_api.py`` (and ``check()``) imports
 every path and fails on one that does not resolve, is not where the path says it is defined, or
 is not of its role.
 """
@@ -26,12 +26,12 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
     "00_jax_primitives": [
         ("labcore.devices", "labcore.devices", "mod"),
         ("devices.report", "labcore.devices.report", "func"),
-        ("labcore.doctor", "labcore.doctor", "mod"),
-        ("benchmarking.time_call", "labcore.benchmarking.time_call", "func"),
+        ("labcore.tools.doctor", "labcore.tools.doctor", "mod"),
+        ("benchmarking.time_call", "labcore.tools.benchmarking.time_call", "func"),
         ("labcore.compile_cache", "labcore.compile_cache", "mod"),
-        ("labcore.primitives", "labcore.primitives", "mod"),
+        ("labcore.course.primitives", "labcore.course.primitives", "mod"),
         ("labcore.budget", "labcore.budget", "func"),
-        ("exercises.check", "labcore.exercises.checking.check", "func"),
+        ("exercises.check", "labcore.course.exercises.checking.check", "func"),
     ],
     "01_haiku_dqn": [
         ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
@@ -57,7 +57,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("dqn.scan.episode_return_curve", "labcore.agents.dqn.scan.episode_return_curve", "func"),
         ("envs.make_jax_env", "labcore.envs.make_jax_env", "func"),
         ("labcore.replay", "labcore.replay", "mod"),
-        ("labcore.introspection", "labcore.introspection", "mod"),
+        ("labcore.tools.introspection", "labcore.tools.introspection", "mod"),
         ("labcore.compile_cache", "labcore.compile_cache", "mod"),
     ],
     "03_distributed": [
@@ -107,8 +107,8 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("devices.auto_tune", "labcore.devices.auto_tune", "func"),
         ("devices.default_matmul_precision", "labcore.devices.default_matmul_precision", "func"),
         ("devices.matmul_error", "labcore.devices.matmul_error", "func"),
-        ("labcore.benchmarking", "labcore.benchmarking", "mod"),
-        ("introspection.compiled_cost", "labcore.introspection.compiled_cost", "func"),
+        ("labcore.tools.benchmarking", "labcore.tools.benchmarking", "mod"),
+        ("introspection.compiled_cost", "labcore.tools.introspection.compiled_cost", "func"),
         ("labcore.compile_cache", "labcore.compile_cache", "mod"),
         ("dqn.data_parallel", "labcore.agents.dqn.data_parallel", "mod"),
         ("ActorCritic", "labcore.nets.actor_critic.ActorCritic", "class"),
@@ -128,17 +128,17 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("torch_ref.gflownet", "labcore.torch_ref.gflownet", "mod"),
     ],
     "08_debugging_profiling": [
-        ("labcore.profiling", "labcore.profiling", "mod"),
-        ("profiling.trace", "labcore.profiling.trace", "func"),
-        ("profiling.read_trace", "labcore.profiling.read_trace", "func"),
-        ("profiling.compile_and_run_seconds", "labcore.profiling.compile_and_run_seconds", "func"),
-        ("labcore.memory_profile", "labcore.memory_profile", "mod"),
-        ("labcore.introspection", "labcore.introspection", "mod"),
-        ("CompileCounter", "labcore.introspection.CompileCounter", "class"),
+        ("labcore.tools.profiling", "labcore.tools.profiling", "mod"),
+        ("profiling.trace", "labcore.tools.profiling.trace", "func"),
+        ("profiling.read_trace", "labcore.tools.profiling.read_trace", "func"),
+        ("profiling.compile_and_run_seconds", "labcore.tools.profiling.compile_and_run_seconds", "func"),
+        ("labcore.tools.memory_profile", "labcore.tools.memory_profile", "mod"),
+        ("labcore.tools.introspection", "labcore.tools.introspection", "mod"),
+        ("CompileCounter", "labcore.tools.introspection.CompileCounter", "class"),
         ("labcore.compile_cache", "labcore.compile_cache", "mod"),
         ("logging.read_metrics", "labcore.logging.read_metrics", "func"),
         ("logging.read_tensorboard_scalars", "labcore.logging.read_tensorboard_scalars", "func"),
-        ("exercises.debugging_drills", "labcore.exercises.debugging_drills", "mod"),
+        ("exercises.debugging_drills", "labcore.course.exercises.debugging_drills", "mod"),
     ],
     "09_pqn": [
         ("PQNConfig", "labcore.agents.pqn.core.PQNConfig", "class"),
@@ -149,8 +149,8 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("pqn.run.evaluate", "labcore.agents.pqn.run.evaluate", "func"),
         ("losses.q_lambda_targets", "labcore.losses.q_lambda_targets", "func"),
         ("MLPQNetwork", "labcore.nets.q_networks.MLPQNetwork", "class"),
-        ("labcore.curves", "labcore.curves", "mod"),
-        ("labcore.published", "labcore.published", "mod"),
+        ("labcore.course.curves", "labcore.course.curves", "mod"),
+        ("labcore.course.published", "labcore.course.published", "mod"),
     ],
 }
 

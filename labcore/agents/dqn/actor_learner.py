@@ -31,6 +31,12 @@ operating system, so no two asynchronous runs are the same.
 
 The actors run JAX on the CPU platform (``actor_platform``) whatever the learner uses: a GPU or
 TPU is held by one process, and acting with a small network is CPU-sized work.
+
+Why this driver keeps a loop of its own instead of ``labcore.loop.train``: the learner's steps are
+driven by rollouts arriving from other processes, in an order the operating system decides, so
+there is no pure ``run(state, n)`` to compile. It uses the shared driver's pieces:
+``labcore.runs.RunDir`` (run folder, metrics, resume from the newest intact checkpoint) and
+``labcore.checkpoint``.
 """
 
 from __future__ import annotations

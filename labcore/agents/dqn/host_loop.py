@@ -24,6 +24,12 @@ A run directory (``labcore.runs.RunDir``) holds ``config.json``, ``metrics.jsonl
 from the newest checkpoint there, drops the rows logged after it (they are logged again), and,
 when the replay buffer and the environments were saved with it, continues exactly as if never
 stopped.
+
+Why this driver keeps a loop of its own instead of ``labcore.loop.train``: that driver runs a pure
+``run(state, n)`` compiled whole, and a gymnasium env (Atari through ale-py) is a Python object
+stepped on the host, which no compiled program can hold. It uses the same pieces as the shared
+driver: ``labcore.runs.RunDir`` (run folder, metrics, resume from the newest intact checkpoint),
+``labcore.checkpoint``.
 """
 
 from __future__ import annotations

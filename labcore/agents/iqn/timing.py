@@ -7,7 +7,7 @@
     for _ in range(warmup_epochs(config)):                    # until every agent trains every epoch
         runner.run_epochs(1)
     seconds = timed_block(runner, epochs=10, per_call=10) / 10
-    floor = epoch_flops(config)["total"] / (matmul_rate(...) * 1e9)   # labcore.benchmarking.matmul_rate
+    floor = epoch_flops(config)["total"] / (matmul_rate(...) * 1e9)   # labcore.tools.benchmarking.matmul_rate
 """
 
 from __future__ import annotations

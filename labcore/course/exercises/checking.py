@@ -1,6 +1,6 @@
 """The exercise record, the catalogue, and the comparison of a learner's output with the reference's.
 
-The package ``labcore.exercises`` re-exports the public names; the notebook modules beside this one
+The package ``labcore.course.exercises`` re-exports the public names; the notebook modules beside this one
 hold the exercises themselves.
 """
 
@@ -207,7 +207,7 @@ def _run_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], r
 
 
 # Hints and worked answers are on request, never printed unasked: the learner tries first.
-_ASK = 'stuck? hint("{name}") gives a hint, solution("{name}") a worked answer (labcore.exercises).'
+_ASK = 'stuck? hint("{name}") gives a hint, solution("{name}") a worked answer (labcore.course.exercises).'
 
 
 def hint(name: str) -> None:
@@ -239,7 +239,7 @@ def solution(name: str) -> Callable[..., Any]:
 
     The notebooks keep solutions out of sight under their exercises: try first, then ask.
     """
-    from labcore.source import display, show_source
+    from labcore.course.source import display, show_source
 
     exercise = get(name)
     if exercise.solution is None:

@@ -3,7 +3,7 @@
 ``trajectory_balance`` is the GFlowNet's own core (``core=True``): the residual that
 ``labcore.agents.gflownet.core.trajectory_balance`` squares and averages, from per-step
 log-probabilities padded to one length. Each exercise carries a worked solution, written as a
-learner would (``labcore.exercises.solution(name)`` shows it), and the classic wrong answers that
+learner would (``labcore.course.exercises.solution(name)`` shows it), and the classic wrong answers that
 ``check`` recognises.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import Exercise
+from labcore.course.exercises.checking import Exercise
 
 # ----------------------------------------------------------------------------------------------
 # 1. hypergrid_reward

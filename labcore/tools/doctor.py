@@ -16,7 +16,7 @@ import platform as _platform
 from typing import Any
 
 from labcore import compile_cache, devices
-from labcore.benchmarking import time_call
+from labcore.tools.benchmarking import time_call
 
 # Distribution names (as pip knows them) of everything the notebooks use.
 STACK = (

@@ -2,7 +2,7 @@
 
 A notebook that teaches an algorithm shows the code that runs it::
 
-    from labcore.source import show_source
+    from labcore.course.source import show_source
     show_source(dqn.make_update)                      # the whole function
     show_source(dqn_scan.make_parts, piece="iteration")  # one function defined inside it
 

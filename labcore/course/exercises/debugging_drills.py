@@ -1,4 +1,4 @@
-"""The checking side of notebook 08's find-the-bug exercises (labcore.exercises.nb08_debugging).
+"""The checking side of notebook 08's find-the-bug exercises (labcore.course.exercises.nb08_debugging).
 
 For each exercise: the input maker (random shapes and values), the reference the learner's fix is
 compared with, a worked fix written as a learner would write it (``solution(name)`` shows it), and
@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import jnp_f32
-from labcore.exercises.nb05_masked_ppo import gae_reference  # notebook 05's GAE exercise checks the same function
+from labcore.course.exercises.checking import jnp_f32
+from labcore.course.exercises.nb05_masked_ppo import gae_reference  # notebook 05's GAE exercise checks the same function
 
 def epsilon_greedy_inputs(rng: np.random.Generator) -> tuple:
     # T >= 2 and B >= 2: a key reused across steps, or one coin for the batch, shows only then. Shapes

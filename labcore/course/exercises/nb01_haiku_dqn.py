@@ -4,7 +4,7 @@
 a target network, its ``jax.value_and_grad``, the optax step and the periodic target copy), and the
 checker compares it with ``labcore.agents.dqn.core.make_update`` on the parameters after the step.
 
-The ``*_solution`` functions are the worked answers that ``labcore.exercises.solution(name)`` shows,
+The ``*_solution`` functions are the worked answers that ``labcore.course.exercises.solution(name)`` shows,
 written as a learner would write them in the notebook; the ``_dqn_update_*`` functions below them
 are the classic wrong answers the checker recognises.
 """
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from labcore.exercises.checking import Exercise
+from labcore.course.exercises.checking import Exercise
 
 
 def _replay_inputs(rng: np.random.Generator) -> tuple:

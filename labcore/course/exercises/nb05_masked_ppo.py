@@ -3,7 +3,7 @@
 The last two are PPO's own core (``core=True``): the clipped policy loss at the heart of what
 ``labcore.agents.ppo.core.make_ppo`` minimises, and the epoch of shuffled minibatch steps it takes per
 update. Each exercise carries a
-worked solution, written as a learner would (``labcore.exercises.solution(name)`` shows it), and the
+worked solution, written as a learner would (``labcore.course.exercises.solution(name)`` shows it), and the
 classic wrong answers that ``check`` recognises.
 """
 
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from labcore.exercises.checking import Exercise, jnp_f32
+from labcore.course.exercises.checking import Exercise, jnp_f32
 
 # ----------------------------------------------------------------------------------------------
 # Inputs shared by the masked-policy exercises.

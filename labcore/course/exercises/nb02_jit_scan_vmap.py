@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import Exercise
+from labcore.course.exercises.checking import Exercise
 
 
 # ----------------------------------------------------------------------------------------------

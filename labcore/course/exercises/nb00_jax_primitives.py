@@ -1,6 +1,6 @@
-"""Notebook 00 (jax_primitives): arrays, randomness, grad and vmap; the references are labcore.primitives.
+"""Notebook 00 (jax_primitives): arrays, randomness, grad and vmap; the references are labcore.course.primitives.
 
-The ``*_solution`` functions are the worked answers that ``labcore.exercises.solution(name)`` shows,
+The ``*_solution`` functions are the worked answers that ``labcore.course.exercises.solution(name)`` shows,
 written as a learner would write them in the notebook.
 """
 
@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import Exercise, jnp_f32
+from labcore.course.exercises.checking import Exercise, jnp_f32
 
 
 def _softmax_inputs(rng: np.random.Generator) -> tuple:
@@ -98,7 +98,7 @@ def global_norm_solution(tree):
 
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
-    from labcore import primitives
+    from labcore.course import primitives
 
     return [
         Exercise(

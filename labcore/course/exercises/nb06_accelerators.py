@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import Exercise, jnp_f32
+from labcore.course.exercises.checking import Exercise, jnp_f32
 
 
 def _tf32_inputs(rng: np.random.Generator) -> tuple:

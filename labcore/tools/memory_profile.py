@@ -9,7 +9,7 @@ JAX records a Python stack for every device allocation; ``jax.profiler.device_me
 returns them as a gzipped pprof ``Profile`` protocol buffer. ``parse_memory_profile`` decodes
 the few fields a summary needs by hand: the protobuf wire format is varints and
 length-delimited fields, so no ``.proto`` file, no generated code and no extra dependency.
-``labcore.profiling`` re-exports everything here.
+``labcore.tools.profiling`` re-exports everything here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from labcore.benchmarking import markdown_table
+from labcore.tools.benchmarking import markdown_table
 
 __all__ = ["Allocation", "MemoryProfile", "device_memory_profile", "parse_memory_profile", "save_memory_profile"]
 

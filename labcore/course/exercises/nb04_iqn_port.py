@@ -2,7 +2,7 @@
 
 The NoisyLinear forward is the core exercise: the layer that makes the port's exploration, checked
 against the PyTorch reference layer in both modes. Below the exercises' inputs and references come
-the worked solutions (shown by ``labcore.exercises.solution(name)``) and the classic mistakes that
+the worked solutions (shown by ``labcore.course.exercises.solution(name)``) and the classic mistakes that
 ``check`` names when an answer reproduces one.
 """
 
@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import Exercise
+from labcore.course.exercises.checking import Exercise
 
 
 def _noisy_linear_inputs(rng: np.random.Generator) -> tuple:

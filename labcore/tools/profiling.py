@@ -30,8 +30,8 @@ handling and transfers. On a GPU or TPU every event outside the ``/device:`` pro
 "host".
 
 Also here, for one import in a notebook: the device memory profile (``device_memory_profile``,
-``save_memory_profile``; defined in ``labcore.memory_profile``), and the timing pitfalls:
-``time_call(..., block=False)`` (from ``labcore.benchmarking``) times dispatch instead of work,
+``save_memory_profile``; defined in ``labcore.tools.memory_profile``), and the timing pitfalls:
+``time_call(..., block=False)`` (from ``labcore.tools.benchmarking``) times dispatch instead of work,
 and ``compile_and_run_seconds`` separates compiling from running.
 """
 
@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from labcore import compile_cache
-from labcore.benchmarking import Timing, markdown_table, time_call
-from labcore.memory_profile import (
+from labcore.tools.benchmarking import Timing, markdown_table, time_call
+from labcore.tools.memory_profile import (
     Allocation,
     MemoryProfile,
     device_memory_profile,
@@ -382,7 +382,7 @@ def _newest_run(log_dir: pathlib.Path) -> pathlib.Path:
     runs_root = log_dir / PROFILE_SUBDIR
     runs = [p for p in runs_root.iterdir() if p.is_dir()] if runs_root.is_dir() else []
     if not runs:
-        raise FileNotFoundError(f"no profile runs under {runs_root} (record one with labcore.profiling.trace)")
+        raise FileNotFoundError(f"no profile runs under {runs_root} (record one with labcore.tools.profiling.trace)")
     # run folders are named by their time, YYYY_MM_DD_HH_MM_SS, so the name orders them; the
     # modification time breaks ties (jax does the same to find the run it just wrote)
     return max(runs, key=lambda p: (p.name, p.stat().st_mtime))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import Exercise, jnp_f32
+from labcore.course.exercises.checking import Exercise, jnp_f32
 
 PMEAN_AXIS = "devices"  # the mesh axis the data-parallel exercises split the batch over
 MIN_DEVICES = 2  # a collective over fewer devices cannot tell a right answer from a wrong one

@@ -2,7 +2,7 @@
 
 A notebook cell asks the reader to write a function, then calls::
 
-    labcore.exercises.check("stable_softmax", stable_softmax)
+    labcore.course.exercises.check("stable_softmax", stable_softmax)
 
 which runs the reader's function and labcore's reference on several fresh
 random inputs and prints a pass, or the first mismatch (which input, which
@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import importlib
 
-from labcore.exercises.checking import (
+from labcore.course.exercises.checking import (
     Exercise, InputMaker, check, first_mismatch, get, hint, names, progress, register, solution,
 )
-from labcore.exercises.nb03_distributed import PMEAN_AXIS
+from labcore.course.exercises.nb03_distributed import PMEAN_AXIS
 
 __all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "register", "solution"]
 
 # Notebook order: names() lists the exercises in the order a reader meets them.
 NOTEBOOK_MODULES = tuple(
-    importlib.import_module(f"labcore.exercises.{name}")
+    importlib.import_module(f"labcore.course.exercises.{name}")
     for name in (
         "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_jit_scan_vmap", "nb03_distributed",
         "nb04_iqn_port", "nb05_masked_ppo", "nb06_accelerators", "nb07_gflownet", "nb08_debugging",

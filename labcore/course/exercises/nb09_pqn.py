@@ -1,6 +1,6 @@
 """Notebook 09 (pqn): PQN's Q(lambda) targets and its TD loss, both PQN's own core (``core=True``).
 
-Each exercise carries a worked solution, written as a learner would (``labcore.exercises.solution(name)``
+Each exercise carries a worked solution, written as a learner would (``labcore.course.exercises.solution(name)``
 shows it), and the classic wrong answers that ``check`` recognises.
 """
 
@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore.exercises.checking import Exercise
+from labcore.course.exercises.checking import Exercise
 
 # ----------------------------------------------------------------------------------------------
 # 1. q_lambda_targets

@@ -1,6 +1,6 @@
 """Reference versions of the small functions notebook 00 asks learners to write.
 
-Each one shows a JAX idiom in a few lines; ``labcore.exercises`` checks a
+Each one shows a JAX idiom in a few lines; ``labcore.course.exercises`` checks a
 learner's version against these on fresh random inputs.
 """
 

@@ -9,7 +9,7 @@ unchanged copy fails its check and is named. They are drills, not the algorithms
 is ``core=True``.
 
 Each exercise carries a worked solution, written as a learner would fix the broken function
-(``labcore.exercises.solution(name)`` shows it), and the other classic wrong answers that ``check``
+(``labcore.course.exercises.solution(name)`` shows it), and the other classic wrong answers that ``check``
 recognises; those, the references and the input makers live in ``debugging_drills``, this module
 holds what the notebook hands out and the exercise records.
 """
@@ -19,8 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from labcore.exercises import debugging_drills as drills
-from labcore.exercises.checking import Exercise
+from labcore.course.exercises import debugging_drills as drills
+from labcore.course.exercises.checking import Exercise
 
 # ----------------------------------------------------------------------------------------------
 # 1. fix_reused_key: epsilon-greedy over a rollout, one fresh pair of keys per step
