@@ -346,17 +346,20 @@ def same_but_time(a: dict, b: dict, timing=("time", "steps_per_second", "seconds
 
 
 @pytest.mark.end_to_end
-def test_ppo_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
+@pytest.mark.parametrize("algorithm", ["ppo", "pqn"])
+def test_killed_after_a_checkpoint_resumes_as_one_run(tmp_path, algorithm):
+    """PPO and PQN on the shared driver (labcore.loop): SIGKILL after a checkpoint, then --resume."""
     updates, log_every = 80, 2
+    network = ["--hidden-size", "16"] if algorithm == "ppo" else ["--hidden-sizes", "16", "16", "--num-minibatches", "4"]
 
     def command(run_dir, scale):
-        return labcore("train", "ppo", "--preset", "cartpole", "--num-envs", "4", "--num-steps", "32", "--hidden-size", "16",
+        return labcore("train", algorithm, "--preset", "cartpole", "--num-envs", "4", "--num-steps", "32", *network,
                        "--total-steps", str(4 * 32 * updates * scale), "--log-every", str(log_every),
                        "--checkpoint-every", "10", "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir))
 
     run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "update", lambda scale: updates * scale)
     assert [row["update"] for row in rows] == list(range(log_every, last + 1, log_every))
-    # PPO resumes bit for bit: the rows the killed run logged past its checkpoint come back identical
+    # each resumes bit for bit: the rows the killed run logged past its checkpoint come back identical
     again = {row["update"]: row for row in rows}
     logged_twice = [row for row in at_kill if row["update"] > saved]
     assert logged_twice and all(row == again[row["update"]] for row in logged_twice)
