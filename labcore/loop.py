@@ -336,7 +336,8 @@ def _evaluate(program: Program, state: Any, seed: int, seeds: int | None) -> dic
         return program.evaluate(state, seed)
     per_seed = [program.evaluate(seed_slice(state, index), seed + index) for index in range(seeds)]
     means = {name: float(np.mean([entry[name] for entry in per_seed])) for name, value in per_seed[0].items()
-             if isinstance(value, (int, float, np.number)) and not isinstance(value, bool)}
+             if isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+             and any(entry[name] != value for entry in per_seed)}  # a setting (eval_episodes) stays as it is
     return {**per_seed[0], **means, "per_seed": per_seed}
 
 

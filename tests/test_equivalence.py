@@ -76,7 +76,7 @@ def test_a_seed_inside_a_vmap_over_seeds_ends_where_it_ends_alone(algorithm, tmp
     assert {name: per_seed[name] for name in per_seed} == {name: alone.summary[name] for name in per_seed}
     # the rows: one per logged update, each a mean over the two seeds
     assert [row["update"] for row in together.metrics] == [row["update"] for row in alone.metrics]
-    assert together.summary["seeds"] == 2
+    assert together.summary["seeds"] == 2 and together.summary["eval_episodes"] == config.eval_episodes  # a setting, kept
     # the checkpoint holds both seeds, and loads back as such
     loaded_config, state = agent.load_checkpoint(tmp_path / "together")
     assert loaded_config == config and max_difference(state, together.state) == 0.0
