@@ -262,8 +262,8 @@ def train(
     called with each logged row's metrics (numpy), before it is written.
 
     seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one
-    ``jax.vmap``; seed i ends exactly where a run of ``config.seed + i`` alone ends (tested in
-    tests/test_equivalence.py). The state's leaves gain a leading [seeds] axis, a row holds each
+    ``jax.vmap``; seed i ends where a run of ``config.seed + i`` alone ends, to float rounding
+    (XLA compiles the batched program on its own; tests/test_equivalence.py measures it). The state's leaves gain a leading [seeds] axis, a row holds each
     metric's mean over the seeds (written after each chunk, not during it), and the summary the
     seeds' mean evaluation with each seed's beside it (``"per_seed"``).
     """
