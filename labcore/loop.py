@@ -159,15 +159,16 @@ SEEDS_AXIS = "seeds"
 
 
 def same_for_all_seeds(value: jax.Array) -> jax.Array:
-    """A value every seed holds alike (a step count), as one unbatched value inside the seeds' vmap.
+    """A value every seed holds alike (a step count), as one unbatched value inside the vmap over
+    seeds of ``chunks``.
 
     Under ``jax.vmap`` a ``lax.cond`` on a per-seed predicate runs both branches and selects;
-    on a value reduced over the seeds' axis it stays a cond (e.g. the jitted DQN learns only after
-    its replay warm-up, and a vmapped run must not pay the update during the warm-up). Outside
-    that vmap, the value itself."""
+    on a value reduced over the ``SEEDS_AXIS`` axis it stays a cond (e.g. the jitted DQN learns
+    only after its replay warm-up, and a vmapped run must not pay the update during the warm-up).
+    Outside that vmap, the value itself."""
     try:
         return jax.lax.pmin(value, SEEDS_AXIS)
-    except NameError:  # not inside the seeds' vmap
+    except NameError:  # SEEDS_AXIS is not bound: no vmap over seeds around this call
         return value
 
 
@@ -177,7 +178,7 @@ def seed_slice(state: Any, index: int) -> Any:
 
 
 def updates_done(program: Program, state: Any, seeds: int | None = None) -> int:
-    """``program.updates_done`` of a state, one seed's or several seeds' (they move together)."""
+    """``program.updates_done`` of a state of one seed, or of several (all of them move together)."""
     return program.updates_done(state if seeds is None else seed_slice(state, 0))
 
 
@@ -263,9 +264,10 @@ def train(
 
     seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one
     ``jax.vmap``; seed i ends where a run of ``config.seed + i`` alone ends, to float rounding
-    (XLA compiles the batched program on its own; tests/test_equivalence.py measures it). The state's leaves gain a leading [seeds] axis, a row holds each
-    metric's mean over the seeds (written after each chunk, not during it), and the summary the
-    seeds' mean evaluation with each seed's beside it (``"per_seed"``).
+    (XLA compiles the batched program on its own; tests/test_equivalence.py measures it). The
+    state's leaves gain a leading [seeds] axis, a row holds each metric's mean over all seeds
+    (written after each chunk, not during it), and the summary the mean of the evaluations with
+    each seed's own beside it (``"per_seed"``).
     """
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1 update, got {checkpoint_every}")
@@ -298,19 +300,20 @@ def train(
     every = checkpoint_every or program.num_updates
     sizes = [min(every, program.num_updates - done) for done in range(first_update, program.num_updates, every)]
     compile_s = run_s = 0.0
+    done = first_update  # counted here: reading it from a state of several seeds would copy every leaf
     for chunk in chunks(program, state, sizes, seeds=seeds):
         state, compile_s, run_s = chunk.state, compile_s + chunk.compile_s, run_s + chunk.run_s
+        before, done = done, done + chunk.updates
         if seeds is not None:
-            for row in _seed_mean_rows(chunk.metrics, updates_done(program, state, seeds) - chunk.updates, log_every):
+            for row in _seed_mean_rows(chunk.metrics, before, log_every):
                 log_row(row)
         if run.checkpoints is not None:
-            save_checkpoint(run.checkpoints, program, state, seeds)
+            save_checkpoint(run.checkpoints, program.config, state, done, seeds)
     bar.close()
 
     rows = run.history()
     recent = [row["episode_return"] for row in rows[-max(1, len(rows) // 10):]
               if row.get("episode_return") is not None and np.isfinite(row["episode_return"])]
-    done = updates_done(program, state, seeds)
     steps_run = (done - first_update) * program.steps_per_update * (seeds or 1)
     summary = {
         "env": getattr(config, "env_id", None),
@@ -363,12 +366,11 @@ def plot(rows: list[dict[str, Any]], program: Program):
     return plot_metrics(rows, program.plotted, x_key="timesteps", title=program.name)
 
 
-def save_checkpoint(directory: str | os.PathLike, program: Program, state: Any, seeds: int | None = None):
-    """Checkpoint ``state`` at its update count, with the config (and the number of seeds) beside it."""
+def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step: int, seeds: int | None = None):
+    """Checkpoint ``state`` at update ``step``, with the config (and the number of seeds) beside it."""
     from labcore import checkpoint  # here: orbax loads only for a run that writes a checkpoint
 
-    step = updates_done(program, state, seeds)
-    return checkpoint.save(directory, step, state, {"config": runs.config_dict(program.config), "update_step": step,
+    return checkpoint.save(directory, step, state, {"config": runs.config_dict(config), "update_step": step,
                                                     "seeds": seeds})
 
 

@@ -63,16 +63,16 @@ def _follow(curve: Curve, program: loop.Program, state: Any, sizes: list[int], s
             stop_at: float | None) -> Any:
     """Run ``program`` over ``seeds`` seeds in chunks of ``sizes`` (``labcore.loop.chunks``), a
     point of ``curve`` after each chunk from the ``points_from``-th on; returns the final state."""
-    wall = 0.0
+    wall, done = 0.0, loop.updates_done(program, state, seeds)  # counted on from here, not read per chunk
     for index, chunk in enumerate(loop.chunks(program, state, sizes, seeds=seeds)):
-        state, wall = chunk.state, wall + chunk.run_s
+        state, wall, done = chunk.state, wall + chunk.run_s, done + chunk.updates
         curve.compile_s += chunk.compile_s
         if index < points_from:
             continue
         episodes = np.asarray(chunk.metrics["episodes"], np.float64)  # [seeds, updates]
         sums = (episodes * np.nan_to_num(np.asarray(chunk.metrics["episode_return"], np.float64))).sum(1)
         curve.returns.append(_per_seed_means(episodes.sum(1), sums))
-        curve.env_steps.append(loop.updates_done(program, state, seeds) * program.steps_per_update)
+        curve.env_steps.append(done * program.steps_per_update)
         curve.wall_s.append(wall)
         if stop_at is not None and curve.mean_return[-1] >= stop_at:
             break

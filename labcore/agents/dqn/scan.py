@@ -197,6 +197,13 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
     return ScanParts(init, iterate, iteration_in_phase, evaluate, warmup_iterations, learn_iterations)
 
 
+def run_keys(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """A run's key split as every entry point splits it: (parameters, env resets, evaluation, the
+    loop's key). ``make_train``, ``make_program`` and ``evaluate`` agree on a seed through this."""
+    init_key, reset_key, eval_key, loop_key = jax.random.split(key, 4)
+    return init_key, reset_key, eval_key, loop_key
+
+
 def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> Callable[[jax.Array], ScanResult]:
     """A pure ``train(key) -> ScanResult``: all of training as one traced function.
 
@@ -207,7 +214,7 @@ def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -
     parts = make_parts(config, env, env_params)
 
     def train(key: jax.Array) -> ScanResult:
-        init_key, reset_key, eval_key, loop_key = jax.random.split(key, 4)
+        init_key, reset_key, eval_key, loop_key = run_keys(key)
         carry = parts.init(init_key, reset_key, loop_key)
         carry, warmup_metrics = parts.iterate(carry, parts.warmup_iterations, False)
         carry, learn_metrics = parts.iterate(carry, parts.learn_iterations, True)
@@ -230,8 +237,8 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
     that ended in it, NaN if none did)."""
     parts = make_parts(config)
 
-    def init(key: jax.Array) -> _Carry:  # key(config.seed) splits as make_train's key does
-        init_key, reset_key, _, loop_key = jax.random.split(key, 4)
+    def init(key: jax.Array) -> _Carry:
+        init_key, reset_key, _, loop_key = run_keys(key)
         return parts.init(init_key, reset_key, loop_key)
 
     def update(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
@@ -278,7 +285,7 @@ def evaluate(config: dqn.DQNConfig, params: Any, seed: int = 0) -> dict[str, Any
 
 
 def _evaluate(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) -> dict[str, Any]:
-    eval_key = jax.random.split(jax.random.key(seed), 4)[2]  # make_train's split of its key
+    _, _, eval_key, _ = run_keys(jax.random.key(seed))
     played = np.asarray(jax.jit(play)(params, eval_key))
     return {"eval_episodes": config.eval_episodes, "eval_epsilon": config.eval_epsilon,
             "eval_return_mean": float(played.mean()), "eval_return_std": float(played.std())}
