@@ -80,6 +80,10 @@ def test_a_seed_inside_a_vmap_over_seeds_ends_where_it_ends_alone(algorithm, tmp
     # the checkpoint holds both seeds, and loads back as such
     loaded_config, state = agent.load_checkpoint(tmp_path / "together")
     assert loaded_config == config and max_difference(state, together.state) == 0.0
+    # resuming it with another number of seeds is refused before anything is read or compiled
+    for other in (None, 3):
+        with pytest.raises(ValueError, match=rf"seeds: the run in .* was written with seeds=2, this resume asks for seeds={other}"):
+            agent.train(config, tmp_path / "together", resume=True, seeds=other, progress=False)
 
 
 def test_seeds_must_be_positive():
