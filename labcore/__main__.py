@@ -120,13 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="after --: the labcore command each worker runs, e.g. -- train dqn --env CartPole-v1")
     commands.add_parser("cluster-check", help="(in a launched worker) join, psum across processes, compare values")
 
-    train_gfn = train.add_parser("gflownet", help="a GFlowNet on HyperGrid: all PyTorch, or PyTorch sampling + JAX gradients")
+    train_gfn = train.add_parser("gflownet", help="a GFlowNet on HyperGrid: all PyTorch, PyTorch sampling + JAX gradients, or all JAX (checkpointed)")
     _add_config_flags(train_gfn, "GFlowNetConfig")
     _add_auto_tune_flag(train_gfn, "batch_size / hidden_size")
-    train_gfn.add_argument("--log-every", type=_positive_int, default=100, help="iterations between L1 measurements")
-    train_gfn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, summary")
-    train_gfn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
-    _add_tensorboard_flag(train_gfn)
+    # --checkpoint-every, --resume and --seeds need --trainer jax (the others run in one call, unsaved)
+    _add_loop_flags(train_gfn, 100, "one iteration: a batch of trajectories and a gradient step")
 
     train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
     _add_config_flags(train_iqn, "IQNRunConfig")
@@ -328,17 +326,6 @@ def _train_dqn_actor_learner(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_gflownet(args: argparse.Namespace) -> int:
-    from labcore.agents.gflownet import trainers as gflownet_train
-
-    config = _auto_tuned(args, _config_from(args, "GFlowNetConfig"))
-    print(config)
-    result = gflownet_train.run(config, run_dir=args.run_dir, log_every=args.log_every, overwrite=args.overwrite,
-                                tensorboard=args.tensorboard)
-    print(json.dumps(result["summary"]))
-    return 0
-
-
 def _cpu_scheduler_flag() -> None:
     """Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
     with its concurrency-optimised scheduler; ``train iqn`` vmaps whole
@@ -382,11 +369,12 @@ def _eval_iqn(args: argparse.Namespace) -> int:
 
 
 def _train_on_loop(args: argparse.Namespace) -> int:
-    """train ppo | pqn | dqn-scan: the algorithms on the shared driver (labcore.loop.train)."""
+    """train ppo | pqn | dqn-scan | gflownet: through the agent contract's ``train`` (labcore.loop.train;
+    the GFlowNet's host trainers refuse the flags that need checkpoints)."""
     import importlib
 
-    package, config_class = {"ppo": ("ppo", "PPOConfig"), "pqn": ("pqn", "PQNConfig"),
-                             "dqn-scan": ("dqn", "DQNConfig")}[args.agent]
+    package, config_class = {"ppo": ("ppo", "PPOConfig"), "pqn": ("pqn", "PQNConfig"), "dqn-scan": ("dqn", "DQNConfig"),
+                             "gflownet": ("gflownet", "GFlowNetConfig")}[args.agent]
     agent = importlib.import_module(f"labcore.agents.{package}")  # the agent contract: agent.train
     config = _auto_tuned(args, _config_from(args, config_class))
     print(config)
@@ -457,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
 
         commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_on_loop,
                     ("eval", "ppo"): _eval_ppo, ("train", "pqn"): _train_on_loop, ("eval", "pqn"): _eval_pqn,
-                    ("train", "gflownet"): _train_gflownet, ("train", "iqn"): _train_iqn,
+                    ("train", "gflownet"): _train_on_loop, ("train", "iqn"): _train_iqn,
                     ("eval", "iqn"): _eval_iqn, ("train", "dqn-actor-learner"): _train_dqn_actor_learner,
                     ("train", "dqn-scan"): _train_on_loop}
         try:

@@ -7,14 +7,15 @@ An algorithm describes its training as a ``Program``, a few pure functions and n
     run(state, n) -> (state, m)   n more updates, pure and traceable (n static); m: metrics, leaves [n]
     updates_done(state) -> int    how far a state has got, in updates
     num_updates                   updates in the whole run
-    steps_per_update              env steps (transitions) per update
+    steps_per_update              env steps (transitions) per update (a GFlowNet: trajectories,
+                                  ``unit="trajectory"``)
 
 and ``train(config, make_program, ...)`` runs it: it opens the run folder (``labcore.runs.RunDir``),
 compiles ``run`` once per chunk size, runs chunks of ``checkpoint_every`` updates with an orbax
 checkpoint of the whole state after each, logs a metrics row every ``log_every`` updates while the
 compiled chunk runs (the rows reach the host in bursts, see ``scan_updates``), resumes exactly from
 the newest intact checkpoint, and ends with evaluation, ``summary.json`` and ``metrics.png``.
-PPO, PQN and the jitted DQN run on it (``labcore.agents.<algo>.train``).
+PPO, PQN, the jitted DQN and the all-JAX GFlowNet trainer run on it (``labcore.agents.<algo>.train``).
 
 **Units.** ``log_every`` and ``checkpoint_every`` count *updates*: one pass of the program's loop,
 ``steps_per_update`` env steps and one learning step (PPO, PQN: one rollout and its epochs of
@@ -63,6 +64,9 @@ class Program(NamedTuple):
     # (final state, the run's seed) -> summary entries; the seed picks the evaluation's own key
     evaluate: Callable[[Any, int], dict[str, Any]] | None = None
     summarize: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None  # all rows -> summary entries
+    unit: str = "step"  # what steps_per_update counts (the progress bar's unit)
+    unit_plural: str = "steps"  # the summary's totals: "timesteps" (env steps) or e.g. "trajectories"
+    x_key: str = "timesteps"  # the metric metrics.png is drawn against
 
 
 class RunResult(NamedTuple):
@@ -297,7 +301,7 @@ def train(
         state = run.restored[0]
     first_update = updates_done(program, state, seeds)
     total_steps = program.num_updates * program.steps_per_update
-    bar = runs.progress_bar(total_steps, desc=program.name, unit="step", unit_scale=True, enabled=progress,
+    bar = runs.progress_bar(total_steps, desc=program.name, unit=program.unit, unit_scale=True, enabled=progress,
                             initial=first_update * program.steps_per_update)
 
     every = checkpoint_every or program.num_updates
@@ -321,13 +325,14 @@ def train(
     summary = {
         "env": getattr(config, "env_id", None),
         "seeds": seeds or 1,
-        "timesteps": done * program.steps_per_update,
+        "timesteps" if program.unit == "step" else program.unit_plural: done * program.steps_per_update,
         "updates": done,
         "compile_s": round(compile_s, 2),
         "run_s": round(run_s, 2),
-        "steps_per_second": round(steps_run / run_s, 1) if run_s > 0 else None,
-        "final_episode_return": float(np.mean(recent)) if recent else None,
+        f"{program.unit_plural}_per_second": round(steps_run / run_s, 1) if run_s > 0 else None,
     }
+    if any("episode_return" in row for row in rows):
+        summary["final_episode_return"] = float(np.mean(recent)) if recent else None
     if program.summarize is not None:
         summary.update(program.summarize(rows))
     if evaluate and program.evaluate is not None:
@@ -382,10 +387,10 @@ def trainer(make_program: MakeProgram, algorithm: str) -> Callable[..., RunResul
 
 
 def plot(rows: list[dict[str, Any]], program: Program):
-    """The run's metrics.png: ``program.plotted`` against env steps."""
+    """The run's metrics.png: ``program.plotted`` against ``program.x_key`` (env steps)."""
     from labcore.logging import plot_metrics
 
-    return plot_metrics(rows, program.plotted, x_key="timesteps", title=program.name)
+    return plot_metrics(rows, program.plotted, x_key=program.x_key, title=program.name)
 
 
 def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step: int, seeds: int | None = None):

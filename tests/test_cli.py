@@ -141,20 +141,33 @@ def test_train_gflownet_both_trainers_and_bad_flags(tmp_path, capsys):
         run = tmp_path / trainer
         assert cli.main([*flags, "--trainer", trainer, "--run-dir", str(run), tensorboard]) == 0
         summary = json.loads(capsys.readouterr().out.splitlines()[-1])
-        assert summary["trainer"] == trainer and summary["iterations"] == 30 and 0.0 <= summary["final_l1"] <= 2.0
+        assert summary["trainer"] == trainer and summary["updates"] == 30 and 0.0 <= summary["final_l1"] <= 2.0
+        assert 0.0 <= summary["eval_l1"] <= 2.0 and summary["eval_samples"] == 20_000
         assert len((run / "metrics.jsonl").read_text().splitlines()) == 3 and (run / "summary.json").is_file()
         assert json.loads((run / "config.json").read_text())["trainer"] == trainer and (run / "metrics.png").is_file()
     assert event_files(tmp_path / "hybrid") == []
-    first_run = assert_mirrors_jsonl(tmp_path / "torch", "iteration", ("loss", "l1"))
+    first_run = assert_mirrors_jsonl(tmp_path / "torch", "update", ("loss", "l1"))
     assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch")]) == 2
     assert "holds an earlier run" in capsys.readouterr().err
     assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch"), "--overwrite", "--seed", "1"]) == 0
     capsys.readouterr()
     assert len((tmp_path / "torch" / "metrics.jsonl").read_text().splitlines()) == 3  # replaced, not appended
     assert len(event_files(tmp_path / "torch")) == 1  # the event files too
-    assert assert_mirrors_jsonl(tmp_path / "torch", "iteration", ("loss", "l1")) != first_run
+    assert assert_mirrors_jsonl(tmp_path / "torch", "update", ("loss", "l1")) != first_run
     assert cli.main(["train", "gflownet", "--loss", "kl"]) == 2
     assert "GFlowNetConfig.loss must be one of" in capsys.readouterr().err
+    # checkpoints, resume and seeds need the all-JAX trainer; a host trainer refuses them, naming trainer
+    assert cli.main([*flags, "--trainer", "hybrid", "--run-dir", str(tmp_path / "h2"), "--checkpoint-every", "10"]) == 2
+    assert "trainer: checkpoint_every needs the checkpointed all-JAX trainer (trainer='jax')" in capsys.readouterr().err
+    assert not (tmp_path / "h2").exists()  # refused before the folder is made
+    # the all-JAX trainer on the shared loop: checkpoints, and resume (here, of a finished run: nothing to do)
+    jax_run = [*flags, "--trainer", "jax", "--run-dir", str(tmp_path / "jax"), "--checkpoint-every", "20", "--no-eval"]
+    assert cli.main(jax_run) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["trainer"] == "jax" and summary["updates"] == 30 and summary["trajectories"] == 30 * 16
+    assert sorted(int(p.name) for p in (tmp_path / "jax" / "checkpoints").iterdir() if p.name.isdigit()) == [20, 30]
+    assert assert_mirrors_jsonl(tmp_path / "jax", "update", ("loss", "l1"))["l1"][-1][0] == 30
+    assert cli.main([*jax_run, "--resume"]) == 0
 
 
 def iqn_config_for(*flags):

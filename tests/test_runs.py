@@ -346,15 +346,22 @@ def same_but_time(a: dict, b: dict, timing=("time", "steps_per_second", "seconds
 
 
 @pytest.mark.end_to_end
-@pytest.mark.parametrize("algorithm", ["ppo", "pqn"])
+@pytest.mark.parametrize("algorithm", ["ppo", "pqn", "gflownet"])
 def test_killed_after_a_checkpoint_resumes_as_one_run(tmp_path, algorithm):
-    """PPO and PQN on the shared driver (labcore.loop): SIGKILL after a checkpoint, then --resume."""
+    """PPO, PQN and the all-JAX GFlowNet on the shared driver (labcore.loop): SIGKILL after a
+    checkpoint, then --resume."""
     updates, log_every = 80, 2
     network = ["--hidden-size", "16"] if algorithm == "ppo" else ["--hidden-sizes", "16", "16", "--num-minibatches", "4"]
+    steps_per_update = 4 * 32
 
     def command(run_dir, scale):
+        if algorithm == "gflownet":  # an update: 8 trajectories and one gradient step
+            return labcore("train", "gflownet", "--trainer", "jax", "--ndim", "2", "--height", "4", "--hidden-size", "16",
+                           "--batch-size", "8", "--l1-samples", "200", "--iterations", str(updates * scale),
+                           "--log-every", str(log_every), "--checkpoint-every", "10", "--no-eval", "--no-progress",
+                           "--run-dir", str(run_dir))
         return labcore("train", algorithm, "--preset", "cartpole", "--num-envs", "4", "--num-steps", "32", *network,
-                       "--total-steps", str(4 * 32 * updates * scale), "--log-every", str(log_every),
+                       "--total-steps", str(steps_per_update * updates * scale), "--log-every", str(log_every),
                        "--checkpoint-every", "10", "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir))
 
     run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "update", lambda scale: updates * scale)
@@ -363,7 +370,11 @@ def test_killed_after_a_checkpoint_resumes_as_one_run(tmp_path, algorithm):
     again = {row["update"]: row for row in rows}
     logged_twice = [row for row in at_kill if row["update"] > saved]
     assert logged_twice and all(row == again[row["update"]] for row in logged_twice)
-    assert json.loads((run_path / "summary.json").read_text())["timesteps"] == 4 * 32 * last
+    summary = json.loads((run_path / "summary.json").read_text())
+    if algorithm == "gflownet":
+        assert summary["trajectories"] == 8 * last and rows[-1]["trajectories"] == 8 * last
+    else:
+        assert summary["timesteps"] == steps_per_update * last
 
 
 @pytest.mark.end_to_end

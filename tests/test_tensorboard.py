@@ -180,11 +180,10 @@ def test_iqn_run_folder_mirrors_its_metrics_in_tensorboard(tmp_path):
 
 
 def test_gflownet_run_folder_mirrors_its_metrics_in_tensorboard(tmp_path):
-    from labcore.agents.gflownet import trainers as gflownet_train
-    from labcore.agents.gflownet.core import GFlowNetConfig
+    from labcore.agents import gflownet
 
-    config = GFlowNetConfig(trainer="torch", loss="tb", ndim=2, height=4, iterations=30, batch_size=16, hidden_size=16,
-                            l1_samples=200)
-    gflownet_train.run(config, run_dir=tmp_path, log_every=10)
-    scalars = assert_mirrors_jsonl(tmp_path, "iteration", ("loss", "l1"))
+    config = gflownet.Config(trainer="torch", loss="tb", ndim=2, height=4, iterations=30, batch_size=16, hidden_size=16,
+                             l1_samples=200)
+    gflownet.train(config, tmp_path, log_every=10, evaluate=False)
+    scalars = assert_mirrors_jsonl(tmp_path, "update", ("loss", "l1"))
     assert [step for step, _ in scalars["l1"]] == [10, 20, 30]

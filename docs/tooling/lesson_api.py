@@ -118,7 +118,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("gflownet.core.make_train", "labcore.agents.gflownet.core.make_train", "func"),
         ("gflownet.core.make_gradient_step", "labcore.agents.gflownet.core.make_gradient_step", "func"),
         ("gflownet.trainers.train", "labcore.agents.gflownet.trainers.train", "func"),
-        ("gflownet.trainers.run", "labcore.agents.gflownet.trainers.run", "func"),
+        ("gflownet.run.train", "labcore.agents.gflownet.run.train", "func"),
         ("hypergrid.l1_distance", "labcore.envs.hypergrid.l1_distance", "func"),
         ("hypergrid.l1_curve", "labcore.envs.hypergrid.l1_curve", "func"),
         ("hypergrid.target_distribution", "labcore.envs.hypergrid.target_distribution", "func"),

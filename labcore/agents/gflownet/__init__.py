@@ -1,7 +1,16 @@
 """gflownet: GFlowNets on HyperGrid.
 
-* ``core``: ``GFlowNetConfig``, the TB / DB / FL / SubTB / FM losses, the JAX policy and the
-  ``lax.scan`` sampler;
+* ``core``: ``GFlowNetConfig``, the TB / DB / FL / SubTB / FM losses, the JAX policy, the
+  ``lax.scan`` sampler and all of the all-JAX training as one ``make_train``;
 * ``trainers``: the four trainers behind ``GFlowNetConfig.trainer`` (torch, hybrid, jax_policy,
-  jax) and ``run``, the driver that writes a results folder.
+  jax), each timing its phases (notebook 07's migration, one step at a time);
+* ``run``: the driver, ``train``: a results folder for any trainer; the all-JAX one on
+  ``labcore.loop`` (checkpoints, exact resume, seeds in one vmap).
+
+The package itself exports the agent contract of ``labcore.agents``: ``Config``,
+``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
 """
+
+from labcore.agents import agent_exports
+
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:GFlowNetConfig", make_train="core", driver="run")

@@ -351,24 +351,37 @@ def make_gradient_step(config: GFlowNetConfig, optimizer=None):
     return gradient_step
 
 
-def make_train(config: GFlowNetConfig):
-    """A pure ``train(key) -> (params, losses [iterations], terminal indices [iterations, B])``:
-    every iteration (sample, loss, gradient, optax step) inside one lax.scan; jit it, vmap it."""
-    optimizer = make_optimizer(config)
-    gradient_step = make_gradient_step(config, optimizer)
+def make_iteration(config: GFlowNetConfig, optimizer=None):
+    """A pure ``iteration(params, opt_state, key) -> (params, opt_state, loss, terminals [B])``:
+    sample a batch with ``key``, one gradient step; terminals are the samples' ``state_index``."""
+    gradient_step = make_gradient_step(config, optimizer or make_optimizer(config))
     grid = config.grid
 
-    def iteration(carry, key):
-        params, opt_state = carry
+    def iteration(params, opt_state, key: jax.Array):
         batch = sample_trajectories(config, params, key)  # integer states: no gradient flows through sampling
         params, opt_state, loss = gradient_step(params, opt_state, batch)
-        return (params, opt_state), (loss, terminal_indices(grid, batch))
+        return params, opt_state, loss, terminal_indices(grid, batch)
+
+    return iteration
+
+
+def make_train(config: GFlowNetConfig):
+    """A pure ``train(key) -> (params, losses [iterations], terminal indices [iterations, B])``:
+    every iteration (sample, loss, gradient, optax step) inside one lax.scan; jit it, vmap it.
+    Iteration i samples with ``split(loop_key, iterations)[i]``, where ``init_key, loop_key =
+    split(key)``; ``labcore.agents.gflownet.run.make_program`` keeps the same keys."""
+    optimizer = make_optimizer(config)
+    iteration = make_iteration(config, optimizer)
+
+    def scanned(carry, key):
+        params, opt_state, loss, terminals = iteration(*carry, key)
+        return (params, opt_state), (loss, terminals)
 
     def train(key: jax.Array):
         init_key, loop_key = jax.random.split(key)
         params = init_params(config, init_key)
         (params, _), (losses_, terminals) = jax.lax.scan(
-            iteration, (params, optimizer.init(params)), jax.random.split(loop_key, config.iterations)
+            scanned, (params, optimizer.init(params)), jax.random.split(loop_key, config.iterations)
         )
         return params, losses_, terminals
 

@@ -14,16 +14,14 @@ exact target, and seconds per phase (torch / hybrid: sampling, conversion, gradi
 parameter sync; jax_policy: sampling, gradient step; jax: compile, and the fused iterations).
 The order torch -> hybrid -> jax_policy -> jax is the migration of notebook 07, one step at a time.
 
-``run`` is the command line's driver: ``train``, then a results folder (``labcore.runs.RunDir``:
-config.json, one metrics row per L1 measurement keyed by "iteration", the same rows as TensorBoard
-event files, metrics.png, summary.json).
+``labcore.agents.gflownet.run.train`` writes any of them into a results folder (the all-JAX one
+on the shared loop, with checkpoints and resume).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import time
 from typing import Any
 
@@ -48,34 +46,6 @@ def _jitted_steps_for(config: GFlowNetConfig):
     optimizer = gflownet.make_optimizer(config)
     return (optimizer, jax.jit(gflownet.make_gradient_step(config, optimizer)),
             jax.jit(functools.partial(gflownet.sampling_step, config)))
-
-
-def run(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, log_every: int = 100,
-        overwrite: bool = False, tensorboard: bool = True) -> dict[str, Any]:
-    """``train``, with its results folder in ``run_dir`` (None: nothing written); an earlier run
-    there is refused unless ``overwrite``; tensorboard: the metrics also as TensorBoard event files
-    there. Returns train's dict plus "metrics" (the rows) and "summary" (what summary.json holds)."""
-    from labcore import runs
-
-    folder = runs.RunDir.open(run_dir, config, step_key="iteration", overwrite=overwrite, tensorboard=tensorboard)
-    started = time.perf_counter()
-    result = train(config, log_every=log_every)
-    wall = time.perf_counter() - started
-    for iteration, l1 in result["l1"]:
-        folder.log({"iteration": iteration, "loss": result["losses"][iteration - 1], "l1": l1})
-    summary = {"trainer": config.trainer, "loss": config.loss, "ndim": config.ndim, "height": config.height,
-               "iterations": config.iterations, "wall_time_s": round(wall, 1),
-               "iterations_per_second": round(config.iterations / wall, 1), "final_l1": result["l1"][-1][1],
-               "seconds": {k: round(v, 2) for k, v in result["seconds"].items()}}
-    folder.finish(summary, lambda rows: _plot(rows, config))
-    return {**result, "metrics": folder.rows, "summary": summary}
-
-
-def _plot(rows: list[dict[str, Any]], config: GFlowNetConfig):
-    from labcore.logging import plot_metrics
-
-    return plot_metrics(rows, ("loss", "l1"), x_key="iteration",
-                        title=f"GFlowNet ({config.trainer}, {config.loss}) on HyperGrid {config.ndim}x{config.height}")
 
 
 def train(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:

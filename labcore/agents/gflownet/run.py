@@ -1,0 +1,194 @@
+"""The GFlowNet driver: any of the four trainers into a results folder, the all-JAX one on the shared loop.
+
+``train(config, run_dir=None, **options)`` is the agent contract's ``train``:
+
+* ``trainer="jax"``: ``labcore.loop.train`` runs ``make_program(config)``, the same iterations as
+  ``core.make_train`` (same keys) cut into compiled chunks, with checkpoints of the whole state,
+  exact resume, seeds in one vmap and a metrics row every ``log_every`` iterations computed on the
+  device (the L1 of the last ``l1_samples`` terminal states against the exact target);
+* ``torch``, ``hybrid``, ``jax_policy``: the host trainers of ``labcore.agents.gflownet.trainers``
+  (a PyTorch sampler, or a Python loop of jitted steps). They run to the end in one call, so they
+  write the same folder (config, the same rows, TensorBoard, plot, summary) but no checkpoint:
+  ``resume``, ``checkpoint_every`` and ``seeds`` are refused for them, naming ``trainer``.
+
+One update is one iteration: a batch of ``batch_size`` trajectories sampled and one gradient step;
+``log_every`` and ``checkpoint_every`` count iterations. Rows: ``update`` (the iteration),
+``trajectories`` (sampled so far), ``loss``, ``l1`` (sum form, see ``labcore.envs.hypergrid``).
+The summary adds ``final_l1`` and, unless ``evaluate=False``, ``eval_l1``: the L1 of
+``l1_samples`` fresh samples of the trained policy (no exploration).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from labcore import loop, runs
+from labcore.agents.gflownet import core
+from labcore.agents.gflownet.core import GFlowNetConfig
+from labcore.envs import hypergrid
+
+PLOTTED = ("loss", "l1")
+
+
+class TrainState(NamedTuple):
+    """Everything the all-JAX trainer carries from one iteration to the next."""
+
+    params: dict[str, Any]
+    opt_state: Any
+    loop_key: jax.Array  # iteration i samples with split(loop_key, config.iterations)[i], as make_train
+    iteration: jax.Array  # int32 [], iterations done
+    recent: jax.Array  # int32 [l1_samples]: state_index of the last l1_samples terminal states, a ring
+
+
+def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> loop.Program:
+    """The all-JAX trainer (``trainer="jax"``) as a ``labcore.loop.Program``; the L1 metric of every
+    iteration is computed inside the compiled program from a ring of the last ``l1_samples``
+    terminal states (the same samples ``hypergrid.l1_curve`` uses, in float32)."""
+    if config.trainer != "jax":
+        raise ValueError(f"trainer: make_program builds the all-JAX trainer (trainer='jax'), got {config.trainer!r}; "
+                         "labcore.agents.gflownet.train runs the host trainers")
+    optimizer = core.make_optimizer(config)
+    iteration = core.make_iteration(config, optimizer)
+    grid, batch, ring = config.grid, config.batch_size, config.l1_samples
+    kept = min(batch, ring)  # a batch larger than the ring keeps its last samples only
+    target = jnp.asarray(hypergrid.target_distribution(grid), jnp.float32)
+
+    def init(key: jax.Array) -> TrainState:
+        init_key, loop_key = jax.random.split(key)  # as make_train
+        params = core.init_params(config, init_key)
+        return TrainState(params, optimizer.init(params), loop_key, jnp.int32(0), jnp.zeros(ring, jnp.int32))
+
+    def update(state: TrainState, key: jax.Array) -> tuple[TrainState, loop.Metrics]:
+        params, opt_state, loss, terminals = iteration(state.params, state.opt_state, key)
+        slots = (state.iteration * batch + batch - kept + jnp.arange(kept)) % ring
+        recent = state.recent.at[slots].set(terminals[batch - kept:])
+        done = state.iteration + 1
+        filled = jnp.minimum(done * batch, ring)  # the ring fills from slot 0 up
+        counts = jnp.zeros(grid.num_states, jnp.float32).at[recent].add((jnp.arange(ring) < filled).astype(jnp.float32))
+        l1 = jnp.abs(counts / filled - target).sum()
+        return TrainState(params, opt_state, state.loop_key, done, recent), {
+            "loss": loss, "l1": l1, "trajectories": done * batch}
+
+    def run(state: TrainState, n: int) -> tuple[TrainState, loop.Metrics]:
+        first = state.iteration
+        keys = jax.lax.dynamic_slice_in_dim(jax.random.split(state.loop_key, config.iterations), first, n)
+        return loop.scan_updates(lambda state: update(state, keys[state.iteration - first]), state, n,
+                                 updates_done=lambda state: state.iteration, callback=callback, log_every=log_every,
+                                 rows_per_burst=loop.burst_rows(batch, log_every))
+
+    return loop.Program(
+        config=config,
+        init=init,
+        run=run,
+        updates_done=lambda state: int(state.iteration),
+        num_updates=config.iterations,
+        steps_per_update=batch,
+        name=_name(config),
+        plotted=PLOTTED,
+        shown={"loss": "loss", "L1": "l1"},
+        evaluate=lambda state, seed: evaluate(config, state.params, seed + 1),  # not the training key
+        summarize=lambda rows: _summarize(config, rows),
+        unit="trajectory",
+        unit_plural="trajectories",
+        x_key="update",
+    )
+
+
+def _name(config: GFlowNetConfig) -> str:
+    return f"GFlowNet ({config.trainer}, {config.loss}) on HyperGrid {config.ndim}x{config.height}"
+
+
+def _summarize(config: GFlowNetConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"env": f"HyperGrid {config.ndim}x{config.height}", "trainer": config.trainer, "loss": config.loss,
+            "final_l1": rows[-1]["l1"] if rows else None}
+
+
+def evaluate(config: GFlowNetConfig, params: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """The L1 (sum form) against the exact target of ``config.l1_samples`` terminal states sampled
+    from the policy ``params`` without exploration, with ``jax.random.key(seed)``."""
+    greedy = dataclasses.replace(config, exploration_epsilon=0.0)
+    batches = -(-config.l1_samples // config.batch_size)
+
+    @jax.jit
+    def sample(params, key):
+        return jax.lax.map(lambda k: core.terminal_indices(config.grid, core.sample_trajectories(greedy, params, k)),
+                           jax.random.split(key, batches))
+
+    terminals = np.asarray(sample(params, jax.random.key(seed))).ravel()[: config.l1_samples]
+    empirical = hypergrid.index_distribution(config.grid, terminals)
+    return {"eval_samples": int(terminals.size),
+            "eval_l1": hypergrid.l1_distance(empirical, hypergrid.target_distribution(config.grid))}
+
+
+# The all-JAX trainer on the shared driver; train() below adds the host trainers.
+_train_on_loop = loop.trainer(make_program, "the all-JAX GFlowNet")
+
+
+def train(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, *, log_every: int = 100,
+          **options: Any) -> loop.RunResult:
+    """Train with ``config.trainer`` (see the module docstring), in ``run_dir`` if given; every
+    count in iterations. ``trainer="jax"`` takes every option of ``labcore.loop.train``; the host
+    trainers take ``overwrite``, ``tensorboard``, ``evaluate`` and ``progress`` (they show no bar).
+    The result's ``state`` is the final ``TrainState`` (jax) or the final JAX parameters (host)."""
+    if config.trainer == "jax":
+        return _train_on_loop(config, run_dir, log_every=log_every, **options)
+    return _train_on_host(config, run_dir, log_every, dict(options))
+
+
+HOST_OPTIONS = ("overwrite", "tensorboard", "evaluate", "progress")
+LOOP_OPTIONS = ("checkpoint_every", "resume", "seeds", "on_metrics")  # the all-JAX trainer's only
+
+
+def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dict[str, Any]) -> loop.RunResult:
+    from labcore.agents.gflownet import trainers
+
+    asked = sorted(name for name, value in options.items() if name not in HOST_OPTIONS and value not in (None, False))
+    if asked:
+        raise ValueError(f"trainer: {', '.join(asked)} {'needs' if len(asked) == 1 else 'need'} the checkpointed all-JAX trainer (trainer='jax'); "
+                         f"the {config.trainer!r} trainer runs to its end in one call, without checkpoints")
+    unknown = sorted(set(options) - set(HOST_OPTIONS) - set(LOOP_OPTIONS))
+    if unknown:
+        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
+    if log_every < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    folder = runs.RunDir.open(run_dir, config, step_key="update", overwrite=options.get("overwrite", False),
+                              tensorboard=options.get("tensorboard", True))
+    started = time.perf_counter()
+    result = trainers.train(config, log_every=log_every)
+    wall = time.perf_counter() - started
+    for update, l1 in result["l1"]:
+        folder.log({"update": update, "trajectories": update * config.batch_size,
+                    "loss": result["losses"][update - 1], "l1": l1})
+    params = result["params"] if "params" in result else _torch_params(result["agent"])
+    summary = {**_summarize(config, folder.rows), "updates": config.iterations,
+               "trajectories": config.iterations * config.batch_size, "wall_time_s": round(wall, 1),
+               "trajectories_per_second": round(config.iterations * config.batch_size / wall, 1),
+               "seconds": {phase: round(value, 2) for phase, value in result["seconds"].items()}}
+    if options.get("evaluate", True):
+        summary.update(evaluate(config, params, config.seed + 1))
+    folder.finish(summary, lambda rows: _plot(rows, config))
+    return loop.RunResult(config, params, folder.rows, summary, None if folder.path is None else str(folder.path))
+
+
+def _torch_params(agent) -> dict[str, Any]:
+    from labcore.torch_ref import gflownet as ref
+
+    return ref.to_jax_params(agent)
+
+
+def _plot(rows: list[dict[str, Any]], config: GFlowNetConfig):
+    from labcore.logging import plot_metrics
+
+    return plot_metrics(rows, PLOTTED, x_key="update", title=_name(config))
+
+
+def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[GFlowNetConfig, TrainState]:
+    """(config, state) of an all-JAX run from its folder or checkpoints/ folder (default: newest step)."""
+    return loop.load_checkpoint(path, GFlowNetConfig, make_program, step)
