@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_dqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     train_dqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
     train_dqn.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
+    train_dqn.add_argument("--replicas-per-device", type=_positive_int, default=1,
+                           help="(under `launch`) DQN replicas on each device: 8 on 1 device run as 1 on each of 8")
     _add_tensorboard_flag(train_dqn)
 
     train_ppo = train.add_parser("ppo", help="action-masked PPO on Vault-v0 or a gymnax env (all on device)")
@@ -269,6 +271,9 @@ def _train_dqn(args: argparse.Namespace) -> int:
         return _train_dqn_distributed(args)  # main has joined the cluster, before anything touched a device
     from labcore.agents.dqn import host_loop as dqn_loop
 
+    if args.replicas_per_device != 1:
+        raise ValueError("replicas_per_device: replicas are the data-parallel DQN's, started by `python -m labcore "
+                         "launch ... -- train dqn ...`; this process was not launched")
     config = _auto_tuned(args, _config_from(args))
     print(config)
     result = dqn_loop.train(
@@ -298,9 +303,10 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
     checkpoint_every = None if args.checkpoint_every is None else max(1, args.checkpoint_every // args.log_every)
     result = dqn_distributed.train(config, run_dir=args.run_dir, chunk_iterations=chunk_iterations,
                                    checkpoint_every=checkpoint_every, resume=args.resume, overwrite=args.overwrite,
-                                   tensorboard=args.tensorboard)
+                                   tensorboard=args.tensorboard, replicas_per_device=args.replicas_per_device)
     last = result.metrics[-1]
     print(json.dumps({"process": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count(),
+                      "replicas": result.summary["replicas"],
                       "updates": last["updates"], "steps": last["step"], "wall_time_s": round(result.wall_time, 1),
                       "final_episode_return": last["episode_return"], "params_fingerprint": result.fingerprints[-1]}))
     return 0

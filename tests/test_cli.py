@@ -41,6 +41,7 @@ def test_presets_take_overrides():
         (["--env", "NoSuchGame-v0"], "unknown environment id"),
         (["--learning-rate", "-1"], "DQNConfig.learning_rate must be > 0"),
         (["--batch-size", "20000"], "DQNConfig.batch_size must be <= buffer_size"),
+        (["--replicas-per-device", "2"], "replicas_per_device: replicas are the data-parallel DQN's"),
     ],
 )
 def test_bad_input_is_one_clear_error(flags, message, capsys):
