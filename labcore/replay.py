@@ -11,11 +11,24 @@ one array per leaf with a leading ``capacity`` axis::
     state = replay.add(state, transition)                  # one transition
     state = replay.add_batch(state, transitions)           # [N, ...] leaves
     batch = replay.sample(state, key, batch_size=32)       # [32, ...] leaves
+
+**One interface for every buffer.** ``Buffer`` holds a buffer's pure functions with its sizes
+bound, in the style of flashbax's buffers, so a training loop is written once for any of them:
+
+    buffer = replay.uniform_buffer(capacity=100_000, batch_size=32)  # or frame_replay.frame_buffer(...)
+    state = buffer.init(example_transition)
+    state = buffer.add(state, transitions, episode_end)    # [N, ...] leaves, [N] bool, in time order
+    if buffer.can_sample(state): batch = buffer.sample(state, key)
+
+(``labcore.agents.dqn.frame_replay.frame_buffer`` stores each Atari frame once behind the same
+four functions. The IQN port keeps its own ``labcore.agents.iqn.frame_buffer``: it reproduces the
+original agent's buffer, quirks included, for the parity tests.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -93,3 +106,32 @@ def sample(state: ReplayState, key: jax.Array, batch_size: int) -> Transition:
     """
     indices = sample_indices(state, key, batch_size)
     return jax.tree_util.tree_map(lambda buffer: buffer[indices], state.storage)
+
+
+class Buffer(NamedTuple):
+    """A replay buffer's pure functions, its sizes bound (see the module docstring).
+
+    init(example) -> state                       an empty buffer for transitions like ``example``
+    add(state, transitions, episode_end) -> state  N transitions (leaves [N, ...]) in time order;
+                                                   episode_end [N] bool: the env reset after the step
+                                                   (a frame buffer needs it; others ignore it)
+    sample(state, key) -> transitions            a uniform batch, leaves [batch_size, ...]
+    can_sample(state) -> [] bool                 whether a batch can be drawn yet
+    """
+
+    init: Callable[[Transition], Any]
+    add: Callable[[Any, Transition, jax.Array], Any]
+    sample: Callable[[Any, jax.Array], Transition]
+    can_sample: Callable[[Any], jax.Array]
+
+
+def uniform_buffer(capacity: int, batch_size: int) -> Buffer:
+    """The ring buffer of this module as a ``Buffer``: uniform sampling with replacement."""
+    if capacity < 1:
+        raise ValueError(f"replay capacity must be >= 1, got {capacity}")
+    return Buffer(
+        init=lambda example: init(example, capacity),
+        add=lambda state, transitions, episode_end=None: add_batch(state, transitions),
+        sample=lambda state, key: sample(state, key, batch_size),
+        can_sample=lambda state: can_sample(state, batch_size),
+    )

@@ -147,3 +147,24 @@ def test_matches_real_breakout_frame_stacks():
     obs, next_obs = frame_replay.stacks_at(state, valid_slots)
     np.testing.assert_array_equal(np.asarray(obs), np.stack([t.obs for t, _ in steps]))
     np.testing.assert_array_equal(np.asarray(next_obs), np.stack([t.next_obs for t, _ in steps]))
+
+
+def test_frame_buffer_behind_the_shared_interface_adds_a_stream_in_order():
+    """frame_replay.frame_buffer is labcore.replay.Buffer's interface: one add of N steps (leaves
+    [N, ...]) leaves the state N single adds leave, and sampling draws the same batch."""
+    from labcore import replay
+
+    steps = synthetic_episodes(np.random.default_rng(0), num_episodes=6, max_len=9)
+    buffer = frame_replay.frame_buffer(capacity=37, batch_size=8)
+    assert isinstance(buffer, replay.Buffer)
+    transitions = jax.tree_util.tree_map(lambda *leaves: np.stack(leaves), *[t for t, _ in steps])
+    state = jax.jit(buffer.add)(buffer.init(steps[0][0]), transitions, np.array([end for _, end in steps]))
+    one_by_one = fill(steps, 37)
+    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(one_by_one)):
+        np.testing.assert_array_equal(a, b)
+    assert bool(buffer.can_sample(state)) == bool(frame_replay.can_sample(one_by_one, 8))
+    key = jax.random.key(1)
+    for a, b in zip(buffer.sample(state, key), frame_replay.sample(one_by_one, key, 8)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="frame replay capacity must be >= 6"):
+        frame_replay.frame_buffer(capacity=5, batch_size=1)

@@ -303,3 +303,24 @@ def test_importing_labcore_starts_no_jax_backend():
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_no_module_imports_itself_through_others():
+    """No import cycle among labcore's modules, counting imports at the top, inside functions and
+    for annotations alike (a buffer that named its agent's config in an annotation made one)."""
+    names = {module_name(path) for path in MODULES}
+    edges = {module_name(path): {name for name in labcore_imports(path) if name in names} - {module_name(path)}
+             for path in MODULES}
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            pytest.fail("import cycle: " + " -> ".join([*path[path.index(name):], name]))
+        if name in done:
+            return
+        for target in sorted(edges[name]):
+            visit(target, (*path, name))
+        done.add(name)
+
+    for name in sorted(edges):
+        visit(name, ())

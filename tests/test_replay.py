@@ -102,3 +102,23 @@ def test_works_inside_jit_and_scan():
     state, batch = fill_and_sample(jax.random.key(2))
     assert int(state.size) == 8 and int(state.position) == 3
     assert set(np.asarray(batch.action).tolist()) <= set(range(4, 12))
+
+
+def test_uniform_buffer_is_this_module_behind_the_shared_interface():
+    buffer = replay.uniform_buffer(capacity=5, batch_size=3)
+    assert isinstance(buffer, replay.Buffer)
+    state = buffer.init(transition(0))
+    assert not bool(buffer.can_sample(state))
+    steps = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *[transition(i) for i in range(4)])
+    state = jax.jit(buffer.add)(state, steps, jnp.zeros(4, bool))  # episode_end: not needed here
+    state = buffer.add(state, steps, jnp.zeros(4, bool))  # wraps around
+    direct = replay.add_batch(replay.add_batch(replay.init(transition(0), 5), steps), steps)
+    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(direct)):
+        np.testing.assert_array_equal(a, b)
+    assert bool(buffer.can_sample(state))
+    key = jax.random.key(3)
+    batch, expected = jax.jit(buffer.sample)(state, key), replay.sample(direct, key, 3)
+    assert batch.action.shape == (3,)
+    np.testing.assert_array_equal(batch.action, expected.action)
+    with pytest.raises(ValueError, match="replay capacity must be >= 1"):
+        replay.uniform_buffer(capacity=0, batch_size=1)

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from labcore import replay
 from labcore.agents.dqn.core import Transition
 
 STACK = 4
@@ -177,4 +178,24 @@ def sample(state: FrameReplayState, key: jax.Array, batch_size: int) -> Transiti
         reward=state.reward[here],
         next_obs=next_obs,
         terminated=state.terminated[here],
+    )
+
+
+def frame_buffer(capacity: int, batch_size: int) -> replay.Buffer:
+    """This buffer behind ``labcore.replay.Buffer``'s interface: ``init(example)`` takes the frame
+    shape from ``example.obs`` ([4, H, W]); ``add`` records the N steps of its one stream in order."""
+    if capacity < STACK + 2:
+        raise ValueError(f"frame replay capacity must be >= {STACK + 2}, got {capacity}")
+
+    def add_steps(state: FrameReplayState, transitions: Transition, episode_end: jax.Array) -> FrameReplayState:
+        def add_one(state, step):
+            return add(state, *step), None
+
+        return jax.lax.scan(add_one, state, (transitions, episode_end))[0]
+
+    return replay.Buffer(
+        init=lambda example: init(capacity, tuple(example.obs.shape[1:])),
+        add=add_steps,
+        sample=lambda state, key: sample(state, key, batch_size),
+        can_sample=lambda state: can_sample(state, batch_size),
     )

@@ -113,22 +113,12 @@ def make_learn(config: dqn.DQNConfig, network: hk.Transformed, optimizer):
     Returns (train_state, replay_state, metrics); metrics are the last update's (zeros if none).
     """
     update = dqn.make_update(config, network, optimizer)
-    frames = config.replay_storage == "frames"
+    buffer = make_buffer(config)
 
     def store(replay_state, chunk, episode_end):
-        if frames:  # one env, so one stream of frames: add the T steps in order
-            def add_one(state, step_data):
-                transition, end = step_data
-                return frame_replay.add(state, jax.tree_util.tree_map(lambda leaf: leaf[0], transition), end[0]), None
-
-            return jax.lax.scan(add_one, replay_state, (chunk, episode_end))[0]
-        flat = jax.tree_util.tree_map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), chunk)  # [T * N, ...]
-        return replay.add_batch(replay_state, flat)
-
-    def sample(replay_state, key):
-        if frames:
-            return frame_replay.sample(replay_state, key, config.batch_size)
-        return replay.sample(replay_state, key, config.batch_size)
+        # [T, N, ...] -> [T * N, ...], step by step in time order (a frame buffer's one env: N = 1)
+        flat = jax.tree_util.tree_map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), (chunk, episode_end))
+        return buffer.add(replay_state, *flat)
 
     # num_updates is static: one compiled version per count (0 while filling the buffer, then
     # 1 per chunk). A dynamic fori_loop would compile once, but XLA's CPU backend runs the
@@ -139,15 +129,22 @@ def make_learn(config: dqn.DQNConfig, network: hk.Transformed, optimizer):
         step_key = jax.random.fold_in(key, step)
         metrics = {name: jnp.float32(0) for name in ("loss", "grad_norm", "q_mean", "td_abs_mean")}
         for i in range(num_updates):
-            train_state, metrics = update(train_state, sample(replay_state, jax.random.fold_in(step_key, i)))
+            train_state, metrics = update(train_state, buffer.sample(replay_state, jax.random.fold_in(step_key, i)))
         return train_state, replay_state, metrics
 
     return learn
 
 
-def init_replay(config: dqn.DQNConfig, obs_shape, obs_dtype):
+def make_buffer(config: dqn.DQNConfig) -> replay.Buffer:
+    """The run's replay buffer (one interface, ``labcore.replay.Buffer``): Atari frames stored once
+    (``replay_storage="frames"``), or whole transitions."""
     if config.replay_storage == "frames":
-        return frame_replay.init(config.buffer_size, tuple(obs_shape[1:]))
+        return frame_replay.frame_buffer(config.buffer_size, config.batch_size)
+    return replay.uniform_buffer(config.buffer_size, config.batch_size)
+
+
+def init_replay(config: dqn.DQNConfig, obs_shape, obs_dtype):
+    """An empty replay buffer of the run (``make_buffer``) for observations of this shape and type."""
     example = dqn.Transition(
         obs=np.zeros(obs_shape, obs_dtype),
         action=np.int32(0),
@@ -155,7 +152,7 @@ def init_replay(config: dqn.DQNConfig, obs_shape, obs_dtype):
         next_obs=np.zeros(obs_shape, obs_dtype),
         terminated=np.bool_(False),
     )
-    return replay.init(example, config.buffer_size)
+    return make_buffer(config).init(example)
 
 
 def _empty_chunk(rows: int, num_envs: int, obs_shape, obs_dtype) -> tuple[dqn.Transition, np.ndarray]:

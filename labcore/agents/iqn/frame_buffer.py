@@ -17,20 +17,37 @@ clearing them, and sampling draws absolute window starts from
 ``range(max(1, size - n_frames - 1))`` without regard to the write position, so after a
 wrap-around a window may straddle old and new rows. Shapes are static, so everything runs inside
 ``jax.jit`` and ``lax.scan`` with the config as a static argument, and under ``jax.vmap`` over a
-leading agent axis. ``config`` is a ``labcore.agents.iqn.core.IQNConfig``; ``config.fixed``
-selects the flagged "fixed" variant's n-step batches (see ``gather_batch``).
+leading agent axis. ``config`` is anything with the nine settings of ``BufferSpec`` (an
+``labcore.agents.iqn.core.IQNConfig`` has them; the buffer needs no more of the agent, and does not
+import it); ``config.fixed`` selects the flagged "fixed" variant's n-step batches (see
+``gather_batch``).
+
+This buffer is not behind ``labcore.replay.Buffer``'s interface on purpose: it reproduces the
+original agent's buffer, its quirks above included, which the port's parity tests compare with the
+PyTorch reference row for row.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-if TYPE_CHECKING:  # only for the annotations: core imports this module
-    from labcore.agents.iqn.core import IQNConfig
+
+class BufferSpec(Protocol):
+    """The settings the buffer reads (static: they fix the shapes)."""
+
+    buffer_size: int  # rows in the ring
+    batch_size: int  # windows per sampled batch
+    n_frames: int  # frames an agent acts on (the window is n_frames rows)
+    obs_size: int  # one frame's length
+    in_features: int  # n_frames * obs_size
+    n_step: int  # the fixed variant's n-step returns
+    gamma: float  # their discount
+    lookahead: int  # rows a window needs past its start
+    fixed: bool  # the flagged fixed variant (see gather_batch)
 
 
 @struct.dataclass
@@ -66,13 +83,13 @@ class Batch:
     valid: jax.Array
 
 
-def _check_obs(obs: jax.Array, config: IQNConfig, what: str = "obs") -> None:
+def _check_obs(obs: jax.Array, config: BufferSpec, what: str = "obs") -> None:
     """ValueError unless ``obs`` is one frame, shape [obs_size] (checked at trace time)."""
     if tuple(obs.shape) != (config.obs_size,):
         raise ValueError(f"{what} must have shape [obs_size] = ({config.obs_size},), got {tuple(obs.shape)}")
 
 
-def buffer_init(config: IQNConfig) -> FrameBuffer:
+def buffer_init(config: BufferSpec) -> FrameBuffer:
     """An empty buffer of config.buffer_size zero rows."""
     cap = config.buffer_size
     return FrameBuffer(
@@ -86,7 +103,7 @@ def buffer_init(config: IQNConfig) -> FrameBuffer:
 
 
 def buffer_add(buf: FrameBuffer, obs: jax.Array, action: jax.Array, reward: jax.Array, done: jax.Array,
-               config: IQNConfig) -> FrameBuffer:
+               config: BufferSpec) -> FrameBuffer:
     """Write one step at row idx: obs [obs_size], action [] int, reward [] float, done [] (bool or float).
 
     idx <- (idx + 1) % cap; size <- min(size + 1, cap).
@@ -103,7 +120,7 @@ def buffer_add(buf: FrameBuffer, obs: jax.Array, action: jax.Array, reward: jax.
     )
 
 
-def buffer_add_empty(buf: FrameBuffer, config: IQNConfig) -> FrameBuffer:
+def buffer_add_empty(buf: FrameBuffer, config: BufferSpec) -> FrameBuffer:
     """Start a new episode's frame stack: idx <- (idx + n_frames - 1) % cap; size unchanged.
 
     The skipped rows are NOT cleared (the original's behaviour): ``current_state`` right after
@@ -112,31 +129,31 @@ def buffer_add_empty(buf: FrameBuffer, config: IQNConfig) -> FrameBuffer:
     return buf.replace(idx=(buf.idx + config.n_frames - 1) % config.buffer_size)
 
 
-def buffer_current_state(buf: FrameBuffer, config: IQNConfig) -> jax.Array:
+def buffer_current_state(buf: FrameBuffer, config: BufferSpec) -> jax.Array:
     """The n_frames - 1 rows before idx, oldest first, wrapping around the ring: [n_frames - 1, obs]."""
     rows = (buf.idx - (config.n_frames - 1) + jnp.arange(config.n_frames - 1)) % config.buffer_size
     return buf.states[rows]
 
 
-def stacked_state(buf: FrameBuffer, obs: jax.Array, config: IQNConfig) -> jax.Array:
+def stacked_state(buf: FrameBuffer, obs: jax.Array, config: BufferSpec) -> jax.Array:
     """What the agent acts on: current_state's frames then obs, flattened: [n_frames * obs_size]."""
     _check_obs(obs, config)
     frames = jnp.concatenate([buffer_current_state(buf, config), jnp.asarray(obs, jnp.float32)[None]], axis=0)
     return frames.reshape(config.in_features)
 
 
-def sample_range(buf: FrameBuffer, config: IQNConfig) -> jax.Array:
+def sample_range(buf: FrameBuffer, config: BufferSpec) -> jax.Array:
     """[] i32: starts are drawn from range(this). Faithful: max(1, size - n_frames - 1); the fixed
     variant looks n_step rows ahead, so max(1, size - n_frames - n_step)."""
     return jnp.maximum(1, buf.size - config.n_frames - config.lookahead)
 
 
-def can_train(buf: FrameBuffer, config: IQNConfig) -> jax.Array:
+def can_train(buf: FrameBuffer, config: BufferSpec) -> jax.Array:
     """[] bool: the sample range holds at least batch_size starts (the original's train condition)."""
     return sample_range(buf, config) >= config.batch_size
 
 
-def sample_indices(key: jax.Array, buf: FrameBuffer, config: IQNConfig) -> jax.Array:
+def sample_indices(key: jax.Array, buf: FrameBuffer, config: BufferSpec) -> jax.Array:
     """[batch_size] i32 window starts, uniform without replacement over range(sample_range).
 
     Static shapes (jit / lax.scan friendly): every one of the cap rows gets a U(0, 1) score,
@@ -151,7 +168,7 @@ def sample_indices(key: jax.Array, buf: FrameBuffer, config: IQNConfig) -> jax.A
     return indices.astype(jnp.int32)
 
 
-def gather_batch(buf: FrameBuffer, indices: jax.Array, config: IQNConfig) -> Batch:
+def gather_batch(buf: FrameBuffer, indices: jax.Array, config: BufferSpec) -> Batch:
     """The batch of window starts indices [B] (absolute rows, as the original: no wrap-around).
 
     Window w = i + [0 .. n_frames - 1]; states = S[w], next_states = S[w + lookahead] (flattened);
