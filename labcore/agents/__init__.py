@@ -3,7 +3,8 @@
 Each package holds ``core`` (the validated config and the pure functions: acting, losses, the
 jitted update or whole jitted training run) beside the drivers that run it:
 
-* ``dqn``: ``core``, ``host_loop`` (gymnasium envs stepped in Python), ``scan`` (the whole run in
+* ``dqn``: ``core``, ``agent`` (DQN's functions, built once for every driver), ``host_loop``
+  (gymnasium envs stepped in Python), ``scan`` (the whole run in
   one ``lax.scan`` over gymnax envs), ``frame_replay`` (Atari frames stored once),
   ``data_parallel`` (one update over a device mesh), ``multi_process`` (every device of every
   process), ``actor_learner`` (Ray actors feeding one learner, on one machine or a Ray cluster);

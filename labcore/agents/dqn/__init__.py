@@ -2,6 +2,8 @@
 
 * ``core``: ``DQNConfig`` (with the Nature Atari settings), epsilon-greedy acting, the loss and
   the jitted update;
+* ``agent``: DQN built once: ``make_dqn`` returns its pure functions (init, act, collect, learn,
+  evaluate), which every driver below runs;
 * ``host_loop``: gymnasium envs stepped in Python (CartPole, Atari), greedy evaluation,
   checkpoints and exact resume;
 * ``frame_replay``: the Atari replay buffer that stores each frame once;

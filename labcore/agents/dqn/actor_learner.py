@@ -87,28 +87,21 @@ class RolloutActor:
         # (on a node that `ray start` began, it cannot inherit the driver's environment).
         compile_cache.configure()
         import jax
-        import jax.numpy as jnp
 
         from labcore import envs
-        from labcore.nets.q_networks import make_q_network
+        from labcore.agents.dqn.agent import make_dqn
 
         config = dqn.DQNConfig(**config_fields)
         self.rank, self.envs_per_actor, self.rollout_steps = rank, envs_per_actor, rollout_steps
         env, env_params = envs.make_jax_env(config.env_id)
-        network = make_q_network(config.network, env.action_space(env_params).n, config.hidden_sizes)
-        step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+        agent = make_dqn(config, env=env, env_params=env_params, num_envs=envs_per_actor)  # the learner's DQN
 
         def rollout(params, env_state, obs, key, epsilon):
             def one_step(carry, step_key):
                 env_state, obs = carry
                 act_key, env_key = jax.random.split(step_key)
-                actions = dqn.select_action(network, params, obs, epsilon, act_key)
-                next_obs, env_state, reward, terminated, truncated, info = step_envs(
-                    jax.random.split(env_key, envs_per_actor), env_state, actions, env_params
-                )
-                transition = (obs, actions, reward.astype(jnp.float32), info["final_observation"], terminated,
-                              terminated | truncated)
-                return (env_state, next_obs), transition
+                env_state, next_obs, t, done = agent.collect(params, env_state, obs, epsilon, act_key, env_key)
+                return (env_state, next_obs), (t.obs, t.action, t.reward, t.next_obs, t.terminated, done)
 
             return jax.lax.scan(one_step, (env_state, obs), jax.random.split(key, rollout_steps))
 
@@ -231,23 +224,18 @@ class _Counters(NamedTuple):
 def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
            cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s) -> ActorLearnerResult:
     import jax
-    import jax.numpy as jnp
     import ray
     from ray.exceptions import ActorDiedError, RayActorError
 
     from labcore import envs, replay
-    from labcore.agents.dqn import scan as dqn_scan
-    from labcore.nets.q_networks import make_q_network
+    from labcore.agents.dqn.agent import make_dqn
 
     env, env_params = envs.make_jax_env(config.env_id)
-    network = make_q_network(config.network, env.action_space(env_params).n, config.hidden_sizes)
-    optimizer = dqn.make_optimizer(config)
-    update = jax.jit(dqn.make_update(config, network, optimizer), donate_argnums=0)
-    obs_shape = env.observation_space(env_params).shape
+    agent = make_dqn(config, env=env, env_params=env_params)  # the actors' DQN: the same functions
+    update = jax.jit(agent.learn, donate_argnums=0)
     key, init_key = jax.random.split(jax.random.key(config.seed))
-    state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, jnp.float32), init_key)
-    example = dqn.Transition(jnp.zeros(obs_shape), jnp.int32(0), jnp.float32(0), jnp.zeros(obs_shape), jnp.bool_(False))
-    buffer = replay.init(example, config.buffer_size)
+    state = agent.init(init_key)
+    buffer = replay.init(agent.example, config.buffer_size)
     add_batch = jax.jit(replay.add_batch, donate_argnums=0)
     sample = jax.jit(replay.sample, static_argnums=2)
     total_updates = max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
@@ -378,7 +366,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             ray.kill(handle, no_restart=True)
     if checkpoint_every is not None and updates % checkpoint_every:
         save()
-    evaluate = jax.jit(dqn_scan.make_evaluate(config, env, env_params))
+    evaluate = jax.jit(agent.evaluate)
     eval_returns = np.asarray(evaluate(state.params, jax.random.key(config.seed + 1)))
     restarts = sum(a["restarts"] for a in actors)
     summary = {"updates": updates, "transitions": received, "transitions_lost": lost, "actor_restarts": restarts,

@@ -52,6 +52,7 @@ import numpy as np
 from labcore import checkpoint, envs, replay, runs
 from labcore.agents.dqn import frame_replay
 from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn.agent import DQN, make_dqn
 from labcore.nets.q_networks import make_q_network
 
 PLOTTED = ("episode_return", "loss", "epsilon")
@@ -94,17 +95,23 @@ def make_network(config: dqn.DQNConfig, num_actions: int) -> hk.Transformed:
     return make_q_network(config.network, num_actions, config.hidden_sizes)
 
 
-def make_act(config: dqn.DQNConfig, network: hk.Transformed):
+def make_agent(config: dqn.DQNConfig) -> DQN:
+    """DQN's functions (``labcore.agents.dqn.agent.make_dqn``) for the gymnasium env ``config.env_id``."""
+    obs_shape, obs_dtype, num_actions = env_spec(config)
+    return make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
+
+
+def make_act(config: dqn.DQNConfig, agent: DQN):
     """Jitted ``act(params, obs [N, ...], step, key) -> [N] int32`` with the scheduled epsilon."""
 
     @jax.jit
     def act(params, obs, step, key):
-        return dqn.select_action(network, params, obs, dqn.linear_epsilon(step, config), jax.random.fold_in(key, step))
+        return agent.act(params, obs, dqn.linear_epsilon(step, config), jax.random.fold_in(key, step))
 
     return act
 
 
-def make_learn(config: dqn.DQNConfig, network: hk.Transformed, optimizer):
+def make_learn(config: dqn.DQNConfig, agent: DQN):
     """Jitted ``learn(train_state, replay_state, chunk, episode_end, step, key, num_updates)``.
 
     chunk: a Transition with leaves [T, N, ...] (T env steps of N envs); episode_end: [T, N]
@@ -112,7 +119,6 @@ def make_learn(config: dqn.DQNConfig, network: hk.Transformed, optimizer):
     many updates to apply after storing the chunk.
     Returns (train_state, replay_state, metrics); metrics are the last update's (zeros if none).
     """
-    update = dqn.make_update(config, network, optimizer)
     buffer = make_buffer(config)
 
     def store(replay_state, chunk, episode_end):
@@ -129,7 +135,7 @@ def make_learn(config: dqn.DQNConfig, network: hk.Transformed, optimizer):
         step_key = jax.random.fold_in(key, step)
         metrics = {name: jnp.float32(0) for name in ("loss", "grad_norm", "q_mean", "td_abs_mean")}
         for i in range(num_updates):
-            train_state, metrics = update(train_state, buffer.sample(replay_state, jax.random.fold_in(step_key, i)))
+            train_state, metrics = agent.learn(train_state, buffer.sample(replay_state, jax.random.fold_in(step_key, i)))
         return train_state, replay_state, metrics
 
     return learn
@@ -236,12 +242,11 @@ def train(
     run = runs.RunDir.open(run_dir, config, step_key="step", resume=resume, overwrite=overwrite, tensorboard=tensorboard)
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
 
-    network = make_network(config, num_actions)
-    optimizer = dqn.make_optimizer(config)
-    act, learn = make_act(config, network), make_learn(config, network, optimizer)
+    agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
+    act, learn = make_act(config, agent), make_learn(config, agent)
 
     init_key, key = jax.random.split(jax.random.key(config.seed))  # key: the base of every act/learn key
-    train_state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), init_key)
+    train_state = agent.init(init_key)
     replay_state = init_replay(config, obs_shape, obs_dtype)
     vector_env = envs.make_vector_env(config.env_id, config.num_envs, seed=config.seed, **_atari_kwargs(config))
     obs, _ = vector_env.reset(seed=[config.seed + i for i in range(config.num_envs)])
@@ -416,9 +421,7 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     metadata = checkpoint.restore_metadata(directory, step)
     config = _config_from_metadata(metadata)
     obs_shape, obs_dtype, num_actions = env_spec(config)
-    network = make_network(config, num_actions)
-    optimizer = dqn.make_optimizer(config)
-    like = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), jax.random.key(0))
+    like = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype).init(jax.random.key(0))
     return config, _restore_train_state_only(directory, like, config, obs_shape, obs_dtype, step)
 
 
@@ -459,9 +462,8 @@ def evaluate(
     episodes = config.eval_episodes if episodes is None else episodes
     epsilon = config.eval_epsilon if epsilon is None else epsilon
     num_envs = min(episodes, 8) if num_envs is None else num_envs
-    _, _, num_actions = env_spec(config)
-    network = make_network(config, num_actions)
-    policy = jax.jit(lambda p, o, step, k: dqn.select_action(network, p, o, epsilon, jax.random.fold_in(k, step)))
+    act = make_agent(config).act
+    policy = jax.jit(lambda p, o, step, k: act(p, o, epsilon, jax.random.fold_in(k, step)))
     env_kwargs = _atari_kwargs(config)
     if max_episode_steps is not None and env_kwargs:
         env_kwargs["max_episode_steps"] = max_episode_steps

@@ -27,7 +27,7 @@ import numpy as np
 
 from labcore import envs, evaluation, loop, replay
 from labcore.agents.dqn import core as dqn
-from labcore.nets.q_networks import make_q_network
+from labcore.agents.dqn.agent import make_dqn
 
 
 class ScanResult(NamedTuple):
@@ -106,33 +106,18 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         raise ValueError("DQNConfig.replay_storage must be 'transitions' for the jitted DQN (gymnax envs)")
     warmup_iterations, learn_iterations = iteration_counts(config)
     env_steps_per_iteration = config.train_frequency // config.num_envs
-    num_actions = env.action_space(env_params).n
-    obs_shape = env.observation_space(env_params).shape
-    network = make_q_network(config.network, num_actions, config.hidden_sizes)
-    optimizer = dqn.make_optimizer(config)
-    update = dqn.make_update(config, network, optimizer, axis_name=axis_name)
-    evaluate = make_evaluate(config, env, env_params)
-    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    agent = make_dqn(config, env=env, env_params=env_params, axis_name=axis_name)  # DQN's pure functions
     reset_envs = jax.vmap(env.reset, in_axes=(0, None))
 
     def env_step(carry: _Carry, _) -> tuple[_Carry, tuple[jax.Array, jax.Array]]:
         """num_envs agent steps: act, step every env, store the transitions."""
         key, act_key, env_key = jax.random.split(carry.key, 3)
         epsilon = dqn.linear_epsilon(carry.step, config)
-        actions = dqn.select_action(network, carry.train_state.params, carry.obs, epsilon, act_key)
-        next_obs, env_state, reward, terminated, truncated, info = step_envs(
-            jax.random.split(env_key, config.num_envs), carry.env_state, actions, env_params
-        )
-        transitions = dqn.Transition(
-            obs=carry.obs,
-            action=actions,
-            reward=reward.astype(jnp.float32),
-            next_obs=info["final_observation"],  # the true next state, also when the env just reset
-            terminated=terminated,  # a time-limit truncation still bootstraps
+        env_state, next_obs, transitions, done = agent.collect(
+            carry.train_state.params, carry.env_state, carry.obs, epsilon, act_key, env_key
         )
         buffer = replay.add_batch(carry.buffer, transitions)
-        episode_return = carry.episode_return + reward
-        done = terminated | truncated
+        episode_return = carry.episode_return + transitions.reward
         finished = (jnp.sum(done), jnp.sum(jnp.where(done, episode_return, 0.0)))
         carry = carry._replace(
             buffer=buffer,
@@ -151,7 +136,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         if learn:
             key, sample_key = jax.random.split(carry.key)
             batch = replay.sample(carry.buffer, sample_key, config.batch_size)
-            train_state, update_metrics = update(carry.train_state, batch)
+            train_state, update_metrics = agent.learn(carry.train_state, batch)
             carry, loss = carry._replace(train_state=train_state, key=key), update_metrics["loss"]
         metrics = {
             "step": carry.step,
@@ -176,17 +161,9 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
     def init(params_key: jax.Array, reset_key: jax.Array, loop_key: jax.Array) -> _Carry:
         """Fresh parameters (from params_key), envs (reset_key), an empty buffer, the loop's key."""
         obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
-        train_state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, jnp.float32), params_key)
-        example = dqn.Transition(
-            obs=jnp.zeros(obs_shape, obs.dtype),
-            action=jnp.int32(0),
-            reward=jnp.float32(0.0),
-            next_obs=jnp.zeros(obs_shape, obs.dtype),
-            terminated=jnp.bool_(False),
-        )
         return _Carry(
-            train_state=train_state,
-            buffer=replay.init(example, config.buffer_size),
+            train_state=agent.init(params_key),
+            buffer=replay.init(agent.example, config.buffer_size),
             env_state=env_state,
             obs=obs,
             episode_return=jnp.zeros(config.num_envs, jnp.float32),
@@ -194,7 +171,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
             key=loop_key,
         )
 
-    return ScanParts(init, iterate, iteration_in_phase, evaluate, warmup_iterations, learn_iterations)
+    return ScanParts(init, iterate, iteration_in_phase, agent.evaluate, warmup_iterations, learn_iterations)
 
 
 def run_keys(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -304,17 +281,9 @@ def make_evaluate(
     All episodes run side by side for the env's step limit; each return counts rewards up to
     that env's first episode end. epsilon: default ``config.eval_epsilon`` (0 for greedy).
     """
-    epsilon = config.eval_epsilon if epsilon is None else epsilon
-    num_actions = env.action_space(env_params).n
-    network = make_q_network(config.network, num_actions, config.hidden_sizes)
-
-    def evaluate(params: Any, key: jax.Array) -> jax.Array:
-        def choose(choose_key, obs, _mask):
-            return dqn.select_action(network, params, obs[None], epsilon, choose_key)[0]
-
-        return evaluation.play_episodes(env, env_params, choose, key, config.eval_episodes)
-
-    return evaluate
+    if epsilon is not None:
+        config = dataclasses.replace(config, eval_epsilon=epsilon)
+    return make_dqn(config, env=env, env_params=env_params).evaluate
 
 
 def episode_return_curve(metrics: dict[str, Any], window: int = 20) -> tuple[np.ndarray, np.ndarray]:
