@@ -285,8 +285,9 @@ def kill_after_a_checkpoint(command: list[str], run_path: Path, step_key: str, l
                 assert process.returncode == 0, f"the run failed before the kill:\n{log.read_text()[-3000:]}"
                 return None
             assert time.monotonic() < deadline, f"no checkpoint and later row within {timeout_s} s:\n{log.read_text()[-3000:]}"
-            saved = newest_checkpoint(run_path)
-            if (len(finished_checkpoints(run_path)) >= checkpoints and saved < last_step
+            finished = finished_checkpoints(run_path)  # read once: a checkpoint may finish between two reads
+            saved = max(finished, default=None)
+            if (len(finished) >= checkpoints and saved < last_step
                     and any(row[step_key] > saved for row in complete_rows(run_path))):
                 break
             time.sleep(0.02)
