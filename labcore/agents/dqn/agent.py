@@ -11,10 +11,10 @@
     agent.example                                    # one zero Transition: a replay buffer's template
 
 Who uses what: the jitted DQN (``scan.make_parts``, which the data-parallel ``multi_process`` runs
-on every replica) loops over ``collect`` and ``learn``; the Ray actor-learner's actors
-``collect`` and its learner ``learn``s; the host loop over gymnasium (whose envs are not JAX
-functions, so it has no ``collect`` or ``evaluate`` here) ``act``s and ``learn``s. All of them are
-pure and unjitted: each driver jits them where it runs them.
+on every replica) loops over ``collect`` and ``learn``; the Ray actor-learner's actors call
+``collect`` and its learner ``learn``; the host loop over gymnasium (whose envs are not JAX
+functions, so it has no ``collect`` or ``evaluate`` here) calls ``act`` and ``learn``. All of them
+are pure and unjitted: each driver jits them where it runs them.
 """
 
 from __future__ import annotations
