@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from labcore import envs
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from conftest import assert_same_tree
@@ -116,3 +117,18 @@ def test_episode_return_curve_averages_finished_episodes_over_a_window():
 def test_bad_setups_fail_before_tracing(overrides, message):
     with pytest.raises(ValueError, match=message):
         dqn_scan.make_train(small_config(**overrides))
+
+
+def test_make_evaluate_takes_an_epsilon_of_its_own():
+    """make_evaluate(..., epsilon=e) plays at e instead of config.eval_epsilon: at the config's
+    own value it is the default evaluation, and uniformly random play (1.0) is another."""
+    config = dqn.DQNConfig(eval_episodes=8, eval_epsilon=0.0, hidden_sizes=(16,))
+    env, env_params = envs.make_jax_env(config.env_id)
+    params = dqn_scan.make_parts(config).init(jax.random.key(0), jax.random.key(1), jax.random.key(2)).train_state.params
+    key = jax.random.key(3)
+    default = np.asarray(dqn_scan.make_evaluate(config, env, env_params)(params, key))
+    same = np.asarray(dqn_scan.make_evaluate(config, env, env_params, epsilon=0.0)(params, key))
+    random_play = np.asarray(dqn_scan.make_evaluate(config, env, env_params, epsilon=1.0)(params, key))
+    assert default.shape == random_play.shape == (8,)
+    np.testing.assert_array_equal(default, same)
+    assert not np.array_equal(default, random_play)

@@ -17,6 +17,7 @@ Time is counted in agent steps as in the host loop: each env step of the ``num_e
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import envs, evaluation, loop, replay
+from labcore import envs, loop, replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import make_dqn
 
