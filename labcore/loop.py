@@ -34,7 +34,6 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -291,12 +290,11 @@ def train(
     # First: a bad config or env id fails here, before anything is written or compiled. Vmapped
     # seeds log from each chunk's returned metrics, so their program has no callback.
     program = make_program(config, callback=log_row if seeds is None else None, log_every=log_every)
-    if resume and run_dir is not None:
-        _check_resumed_seeds(run_dir, seeds)
     init = program.init if seeds is None else jax.vmap(program.init)
     state = init(seed_keys(config.seed, seeds))
     run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite,
-                           tensorboard=tensorboard, like=state if resume else None)
+                           tensorboard=tensorboard, like=state if resume else None,
+                           written_with={"seeds": seeds})  # a state of another number of seeds will not restore
     if resume:
         state = run.restored[0]
     first_update = updates_done(program, state, seeds)
@@ -339,25 +337,6 @@ def train(
         summary.update(_evaluate(program, state, config.seed, seeds))
     run.finish(summary, lambda rows: plot(rows, program))
     return RunResult(config, state, run.rows, summary, None if run.path is None else str(run.path))
-
-
-def _check_resumed_seeds(run_dir: str | os.PathLike, seeds: int | None) -> None:
-    """Refuse to resume a run of k seeds with another number of seeds (its state has another shape)."""
-    from labcore import checkpoint  # here: orbax loads only for a run that resumes
-
-    directory = Path(run_dir) / runs.CHECKPOINTS_NAME
-    for step in reversed(checkpoint.all_steps(directory) if directory.is_dir() else []):
-        try:
-            written = checkpoint.restore_metadata(directory, step).get("seeds")
-            break
-        except Exception:  # noqa: BLE001  (a damaged checkpoint: RunDir.restore reports it)
-            continue
-    else:
-        return  # no checkpoint: RunDir.open says there is nothing to resume
-    if written != seeds:
-        raise ValueError(f"seeds: the run in {run_dir} was written with seeds={written}, this resume asks for "
-                         f"seeds={seeds}; resume it with seeds={written} (the CLI's --seeds "
-                         f"{written if written is not None else 'left out'})")
 
 
 def _evaluate(program: Program, state: Any, seed: int, seeds: int | None) -> dict[str, Any]:

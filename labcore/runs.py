@@ -88,7 +88,7 @@ class RunDir:
         self.logger = logger
         self.primary = primary
         self.restored = restored
-        self._resume_with: tuple[Any, bool] | None = None  # (config, tensorboard) until restore()
+        self._resume_with: tuple[Any, bool, Mapping[str, Any] | None] | None = None  # (config, tensorboard, written_with) until restore()
 
     @classmethod
     def open(
@@ -102,14 +102,16 @@ class RunDir:
         primary: bool = True,
         tensorboard: bool = True,
         like: Any = None,
+        written_with: Mapping[str, Any] | None = None,
     ) -> RunDir:
         """Prepare ``path`` for a run of ``config`` (a dataclass or a mapping of its fields).
 
         resume: continue the run in ``path`` from its newest intact checkpoint, which ``restore``
         (called here when ``like`` is given) reads back; until then nothing is written and
         ``log`` refuses. The newest checkpoint's metadata "config", where it has one, must equal
-        ``config`` (else ValueError, naming the fields that differ); no checkpoint is a
-        FileNotFoundError. Without resume, a folder holding any of RUN_FILES is refused
+        ``config`` (else ValueError, naming the fields that differ), and so must every entry of
+        ``written_with`` (other metadata a resume must match, e.g. {"seeds": 4}; else ValueError
+        naming it); no checkpoint is a FileNotFoundError. Without resume, a folder holding any of RUN_FILES is refused
         (FileExistsError) unless ``overwrite``, which deletes those files (and the TensorBoard event
         files). A ``path`` that is a file is refused (NotADirectoryError). config.json is written
         either way. tensorboard: also write the rows as TensorBoard event files (a resumed run's are
@@ -132,9 +134,9 @@ class RunDir:
             steps = checkpoint.all_steps(run_path / CHECKPOINTS_NAME)
             if not steps:
                 raise FileNotFoundError(f"resume: no checkpoint in {run_path / CHECKPOINTS_NAME}")
-            _check_config(run_path / CHECKPOINTS_NAME, steps[-1], config)
+            _check_config(run_path / CHECKPOINTS_NAME, steps[-1], config, written_with)
             run = cls(run_path, step_key, None, None, primary)
-            run._resume_with = (config, tensorboard)
+            run._resume_with = (config, tensorboard, written_with)
             return run if like is None else run.restore(like)
         if primary:
             previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()] + event_files(run_path)
@@ -161,8 +163,8 @@ class RunDir:
         """
         if self._resume_with is None:
             raise RuntimeError("restore: this run folder was not opened with resume=True, or is restored already")
-        config, tensorboard = self._resume_with
-        self.resume_step, self.restored = _restore_intact(self.checkpoints, like, config, self.primary)
+        config, tensorboard, written_with = self._resume_with
+        self.resume_step, self.restored = _restore_intact(self.checkpoints, like, config, written_with, self.primary)
         if self.primary:
             cut_metrics(self.path, self.step_key, self.resume_step)
             rebuild_tensorboard(self.path, self.step_key, tensorboard)
@@ -229,7 +231,7 @@ def _start(run_path: Path, config: Any, step_key: str, tensorboard: bool, primar
 
 
 def _restore_intact(
-    checkpoints: Path, like: Any, config: Any, primary: bool
+    checkpoints: Path, like: Any, config: Any, written_with: Mapping[str, Any] | None, primary: bool
 ) -> tuple[int, tuple[Any, dict[str, Any]]]:
     """(step, (state, metadata)) of the newest checkpoint in ``checkpoints`` that restores."""
     from labcore import checkpoint  # here: orbax loads only for a run that needs it
@@ -250,7 +252,7 @@ def _restore_intact(
                   file=sys.stderr, flush=True)
             continue
         if damaged:
-            _check_config(checkpoints, step, config)
+            _check_config(checkpoints, step, config, written_with)
             print(f"labcore: resuming from checkpoint {step}, the newest intact one", file=sys.stderr, flush=True)
             if primary:  # out of orbax's folder, so that the resumed run's checkpoints replace them
                 aside = checkpoints.parent / DAMAGED_NAME
@@ -314,15 +316,21 @@ def _first_cause(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def _check_config(checkpoints: Path, step: int, config: Any) -> None:
-    """ValueError unless checkpoint ``step`` was written with ``config`` (compared as JSON data).
-    A checkpoint whose metadata cannot be read is left to the restore, which reports it."""
+def _check_config(checkpoints: Path, step: int, config: Any, written_with: Mapping[str, Any] | None = None) -> None:
+    """ValueError unless checkpoint ``step`` was written with ``config`` (compared as JSON data)
+    and with each entry of ``written_with`` (a missing entry reads as None). A checkpoint whose
+    metadata cannot be read is left to the restore, which reports it."""
     from labcore import checkpoint
 
     try:
-        saved = checkpoint.restore_metadata(checkpoints, step).get("config")
+        metadata = checkpoint.restore_metadata(checkpoints, step)
     except Exception:  # noqa: BLE001
         return
+    for name, wanted in (written_with or {}).items():
+        if metadata.get(name) != wanted:
+            raise ValueError(f"{name}: the run in {checkpoints.parent} was written with {name}={metadata.get(name)}, "
+                             f"this resume asks for {name}={wanted}; resume it with {name}={metadata.get(name)}")
+    saved = metadata.get("config")
     if not isinstance(saved, Mapping):
         return
     current = json.loads(json.dumps(config_dict(config)))  # tuples -> lists, as the metadata holds them
