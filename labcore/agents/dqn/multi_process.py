@@ -78,6 +78,16 @@ def _replicas(tree: Any) -> list[Any]:
             for i in range(len(shards[0])) for slot in range(per_device)]
 
 
+def _first_replica(tree: Any) -> Any:
+    """The first replica this process holds of a tree stacked like ``_replicas``' (every replica
+    holds the same learner; only this one is copied to the host)."""
+    def first(leaf):
+        shard = min(leaf.addressable_shards, key=lambda shard: shard.index[0].start)
+        return np.asarray(shard.data[0, 0])
+
+    return jax.tree_util.tree_map(first, tree)
+
+
 def train(
     config: dqn.DQNConfig,
     run_dir: str | os.PathLike | None = None,
@@ -168,7 +178,7 @@ def train(
     carry = init_all(keys)
     done_updates, resumed_step, seconds_before = 0, None, 0.0
     if resume:  # RunDir.open has checked the checkpoint's config
-        like = {"train_state": _replicas(carry.train_state)[0], "step": np.int32(0)}
+        like = {"train_state": _first_replica(carry.train_state), "step": np.int32(0)}
         learner, metadata = run.restore(like).restored
         stacked = jax.tree_util.tree_map(every_replica, learner["train_state"])
         done_updates, resumed_step = int(metadata["updates"]), int(learner["step"])
@@ -219,7 +229,7 @@ def train(
         last = index == len(schedule) - 1
         if checkpoints is not None and learn and (last or (checkpoint_every and (chunks_before + index) % checkpoint_every == 0)):
             _save(checkpoints, config, carry, updates, num_devices, per_device, row["seconds"])
-    params = _replicas(carry.train_state.params)[0]
+    params = _first_replica(carry.train_state.params)
     wall_time = time.perf_counter() - started
     last_row = rows[-1]
     summary = {"devices": num_devices, "processes": jax.process_count(), "replicas": replicas, "updates": last_row["updates"],
@@ -240,7 +250,7 @@ def _plot(rows: list[dict[str, Any]]):
 def _save(directory, config: dqn.DQNConfig, carry: Any, updates: int, num_devices: int, per_device: int,
           seconds: float) -> None:
     """Every process calls this (orbax coordinates them; the primary process writes the files)."""
-    learner = {"train_state": _replicas(carry.train_state)[0], "step": np.int32(_replicas(carry.step)[0])}
+    learner = {"train_state": _first_replica(carry.train_state), "step": np.int32(_first_replica(carry.step))}
     metadata = {"config": dataclasses.asdict(config), "updates": updates, "devices": num_devices,
                 "replicas": num_devices * per_device, "processes": jax.process_count(), "seconds": seconds}
     checkpoint.save(directory, updates, learner, metadata)
@@ -250,12 +260,11 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     """(config, learner) of a data-parallel run from its folder or checkpoints/ folder (default: the
     newest step): learner is {"train_state": the parameters, target, optimiser and counts every
     replica holds, "step": agent steps per replica}; the replay buffers are not checkpointed."""
-    directory = runs.checkpoint_dir(path)
     from labcore import loop
+    from labcore.agents.dqn.agent import make_dqn_for
 
+    directory = runs.checkpoint_dir(path)
     config = loop.config_from_dict(dqn.DQNConfig, checkpoint.restore_metadata(directory, step)["config"])
-    reset_key, loop_key = jax.random.split(jax.random.key(0))
-    like = {"train_state": dqn_scan.make_parts(config).init(jax.random.key(config.seed), reset_key, loop_key).train_state,
-            "step": np.int32(0)}
+    like = {"train_state": make_dqn_for(config).init(jax.random.key(0)), "step": np.int32(0)}
     learner, _ = checkpoint.restore(directory, like, step)
     return config, learner
