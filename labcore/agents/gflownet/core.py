@@ -365,11 +365,24 @@ def make_iteration(config: GFlowNetConfig, optimizer=None):
     return iteration
 
 
+def start(config: GFlowNetConfig, optimizer, key: jax.Array) -> tuple[dict[str, Any], Any, jax.Array]:
+    """A run's start from its key: (fresh parameters, optimiser state, the loop's key), with
+    ``init_key, loop_key = split(key)``. Iteration i samples with ``iteration_keys(...)[i]``.
+    ``make_train`` and ``labcore.agents.gflownet.run.make_program`` both start here, so that the
+    same key gives the same run."""
+    init_key, loop_key = jax.random.split(key)
+    params = init_params(config, init_key)
+    return params, optimizer.init(params), loop_key
+
+
+def iteration_keys(config: GFlowNetConfig, loop_key: jax.Array) -> jax.Array:
+    """[iterations] keys: iteration i samples its batch with the i-th."""
+    return jax.random.split(loop_key, config.iterations)
+
+
 def make_train(config: GFlowNetConfig):
     """A pure ``train(key) -> (params, losses [iterations], terminal indices [iterations, B])``:
-    every iteration (sample, loss, gradient, optax step) inside one lax.scan; jit it, vmap it.
-    Iteration i samples with ``split(loop_key, iterations)[i]``, where ``init_key, loop_key =
-    split(key)``; ``labcore.agents.gflownet.run.make_program`` keeps the same keys."""
+    every iteration (sample, loss, gradient, optax step) inside one lax.scan; jit it, vmap it."""
     optimizer = make_optimizer(config)
     iteration = make_iteration(config, optimizer)
 
@@ -378,11 +391,8 @@ def make_train(config: GFlowNetConfig):
         return (params, opt_state), (loss, terminals)
 
     def train(key: jax.Array):
-        init_key, loop_key = jax.random.split(key)
-        params = init_params(config, init_key)
-        (params, _), (losses_, terminals) = jax.lax.scan(
-            scanned, (params, optimizer.init(params)), jax.random.split(loop_key, config.iterations)
-        )
+        params, opt_state, loop_key = start(config, optimizer, key)
+        (params, _), (losses_, terminals) = jax.lax.scan(scanned, (params, opt_state), iteration_keys(config, loop_key))
         return params, losses_, terminals
 
     return train

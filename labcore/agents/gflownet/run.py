@@ -42,7 +42,7 @@ class TrainState(NamedTuple):
 
     params: dict[str, Any]
     opt_state: Any
-    loop_key: jax.Array  # iteration i samples with split(loop_key, config.iterations)[i], as make_train
+    loop_key: jax.Array  # iteration i samples with core.iteration_keys(config, loop_key)[i], as make_train
     iteration: jax.Array  # int32 [], iterations done
     recent: jax.Array  # int32 [l1_samples]: state_index of the last l1_samples terminal states, a ring
 
@@ -61,9 +61,8 @@ def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> l
     target = jnp.asarray(hypergrid.target_distribution(grid), jnp.float32)
 
     def init(key: jax.Array) -> TrainState:
-        init_key, loop_key = jax.random.split(key)  # as make_train
-        params = core.init_params(config, init_key)
-        return TrainState(params, optimizer.init(params), loop_key, jnp.int32(0), jnp.zeros(ring, jnp.int32))
+        params, opt_state, loop_key = core.start(config, optimizer, key)  # as make_train
+        return TrainState(params, opt_state, loop_key, jnp.int32(0), jnp.zeros(ring, jnp.int32))
 
     def update(state: TrainState, key: jax.Array) -> tuple[TrainState, loop.Metrics]:
         params, opt_state, loss, terminals = iteration(state.params, state.opt_state, key)
@@ -78,7 +77,7 @@ def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> l
 
     def run(state: TrainState, n: int) -> tuple[TrainState, loop.Metrics]:
         first = state.iteration
-        keys = jax.lax.dynamic_slice_in_dim(jax.random.split(state.loop_key, config.iterations), first, n)
+        keys = jax.lax.dynamic_slice_in_dim(core.iteration_keys(config, state.loop_key), first, n)
         return loop.scan_updates(lambda state: update(state, keys[state.iteration - first]), state, n,
                                  updates_done=lambda state: state.iteration, callback=callback, log_every=log_every,
                                  rows_per_burst=loop.burst_rows(batch, log_every))

@@ -119,14 +119,12 @@ def train_jax_policy(config: GFlowNetConfig, log_every: int = 100) -> dict[str, 
 
     from labcore.agents.gflownet import core as gflownet
 
-    init_key, loop_key = jax.random.split(jax.random.key(config.seed))  # as make_train
-    params = gflownet.init_params(config, init_key)
     optimizer, gradient_step, sampling_step = _jitted_steps(config)
-    opt_state = optimizer.init(params)
+    params, opt_state, loop_key = gflownet.start(config, optimizer, jax.random.key(config.seed))  # as make_train
     seconds = {"sampling": 0.0, "gradient": 0.0}
     terminals: list[np.ndarray] = []
     losses = []
-    for key in jax.random.split(loop_key, config.iterations):
+    for key in gflownet.iteration_keys(config, loop_key):
         started = time.perf_counter()
         batch = jax.block_until_ready(gflownet.sample_trajectories_stepwise(config, params, key, sampling_step))
         sampled = time.perf_counter()
