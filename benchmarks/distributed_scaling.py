@@ -2,9 +2,10 @@
 
 * ``data-parallel`` (``labcore.agents.dqn.multi_process`` under ``labcore.distributed.launch``): P
   processes x 1 CPU device, each device with its own envs and replay, gradients averaged across
-  processes every update. Rates are steady-state: from the end of the first learning chunk to
-  the end of the run (compiles and start-up excluded). Each device makes the same number of
-  updates, so updates/s is the cluster's update rate and env steps/s counts every device's steps.
+  processes every update. Rates are over the run's compiled chunks (the run's ``run_s``: compiles,
+  start-up and the evaluation excluded; the replay warm-up's updates, which skip the gradient
+  step, included). Each device makes the same number of updates, so updates/s is the cluster's
+  update rate and env steps/s counts every device's steps.
 * ``actor-learner (Ray)`` (``labcore.agents.dqn.actor_learner``): P Ray actors and one learner on
   a one-node Ray started by the run, parameters through Ray's object store; actor steps/s from the
   first rollout received, learner updates/s at one update per ``train_frequency`` transitions;
@@ -41,12 +42,10 @@ def data_parallel(processes: int, steps: int) -> dict:
                                     num_processes=processes, devices_per_process=1, timeout_s=900, stream=None)
         if result.returncode:
             raise RuntimeError(result.message + "\n" + "\n".join(result.output[0][-20:]))
-        rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    learning = [row for row in rows if row["loss"] is not None]
-    first, last = learning[0], learning[-1]
-    seconds = last["seconds"] - first["seconds"]
-    return {"updates/s": (last["updates"] - first["updates"]) / seconds, "env steps/s": (last["step"] - first["step"]) / seconds,
-            "final return": last["episode_return"]}
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    seconds = summary["run_s"]
+    return {"updates/s": summary["updates"] / seconds, "env steps/s": summary["timesteps"] / seconds,
+            "final return": summary["eval_return_mean"]}
 
 
 def actor_learner(actors: int, steps: int) -> dict:

@@ -15,7 +15,9 @@ compiles ``run`` once per chunk size, runs chunks of ``checkpoint_every`` update
 checkpoint of the whole state after each, logs a metrics row every ``log_every`` updates while the
 compiled chunk runs (the rows reach the host in bursts, see ``scan_updates``), resumes exactly from
 the newest intact checkpoint, and ends with evaluation, ``summary.json`` and ``metrics.png``.
-PPO, PQN, the jitted DQN and the all-JAX GFlowNet trainer run on it (``labcore.agents.<algo>.train``).
+PPO, PQN, the jitted DQN and the all-JAX GFlowNet trainer run on it (``labcore.agents.<algo>.train``),
+and so does the data-parallel DQN over every device of several processes
+(``labcore.agents.dqn.multi_process``: process 0 writes the folder, every process the checkpoints).
 
 **Units.** ``log_every`` and ``checkpoint_every`` count *updates*: one pass of the program's loop,
 ``steps_per_update`` env steps and one learning step (PPO, PQN: one rollout and its epochs of
@@ -66,6 +68,16 @@ class Program(NamedTuple):
     unit: str = "step"  # what steps_per_update counts (the progress bar's unit)
     unit_plural: str = "steps"  # the summary's totals: "timesteps" (env steps) or e.g. "trajectories"
     x_key: str = "timesteps"  # the metric metrics.png is drawn against
+    # True: run calls make_program's callback with each logged row while it runs. False (a program
+    # sharded over several processes, whose host callbacks would fire on every device): the driver
+    # logs the rows of each chunk's returned metrics after the chunk, as it does for seeds.
+    streams_metrics: bool = True
+    # state -> summary entries, called on the host after every chunk, before its checkpoint: a check
+    # that raises to stop the run (the data-parallel DQN compares its processes' parameters here)
+    check: Callable[[Any], dict[str, Any]] | None = None
+    # what a resume must match besides the config, saved in every checkpoint (e.g. {"devices": 4}:
+    # a state laid out for 4 devices restores on 4)
+    written_with: Mapping[str, Any] = {}
 
 
 class RunResult(NamedTuple):
@@ -219,10 +231,12 @@ def seed_keys(seed: int, seeds: int | None) -> jax.Array:
     return jnp.stack([jax.random.key(seed + index) for index in range(seeds)])
 
 
-def _seed_mean_rows(metrics: Metrics, first_update: int, log_every: int) -> list[dict[str, Any]]:
-    """The logged rows of a vmapped chunk's metrics (leaves [seeds, n]): each value the mean over
-    seeds (NaN-aware: a seed with no finished episode does not count), a count the same for all
-    seeds kept exact; each row keyed by its update."""
+def _chunk_rows(metrics: Metrics, first_update: int, log_every: int, seeds: int | None) -> list[dict[str, Any]]:
+    """The logged rows of a chunk's returned metrics (leaves [n], or [seeds, n]), each keyed by its
+    update. Over seeds each value is their mean (NaN-aware: a seed with no finished episode does
+    not count) and a count the same for all seeds is kept exact."""
+    if seeds is None:
+        metrics = {name: values[None] for name, values in metrics.items()}
     count = next(iter(metrics.values())).shape[1]
     rows = []
     for index in range(count):
@@ -290,35 +304,45 @@ def train(
     # First: a bad config or env id fails here, before anything is written or compiled. Vmapped
     # seeds log from each chunk's returned metrics, so their program has no callback.
     program = make_program(config, callback=log_row if seeds is None else None, log_every=log_every)
+    if seeds is not None and program.written_with:
+        raise ValueError(f"seeds: {program.name} runs one seed (its state is laid out over {dict(program.written_with)})")
+    chunk_rows = seeds is not None or not program.streams_metrics  # rows logged after each chunk
     init = program.init if seeds is None else jax.vmap(program.init)
     state = init(seed_keys(config.seed, seeds))
-    run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite,
-                           tensorboard=tensorboard, like=state if resume else None,
-                           written_with={"seeds": seeds})  # a state of another number of seeds will not restore
+    # a state of another number of seeds (or another layout) will not restore: refused by name
+    written_with = {"seeds": seeds, **program.written_with}
+    primary = jax.process_index() == 0  # of several processes, the first writes the folder
+    run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite, primary=primary,
+                           tensorboard=tensorboard, like=state if resume else None, written_with=written_with)
     if resume:
         state = run.restored[0]
     first_update = updates_done(program, state, seeds)
     total_steps = program.num_updates * program.steps_per_update
-    bar = runs.progress_bar(total_steps, desc=program.name, unit=program.unit, unit_scale=True, enabled=progress,
-                            initial=first_update * program.steps_per_update)
+    bar = runs.progress_bar(total_steps, desc=program.name, unit=program.unit, unit_scale=True,
+                            enabled=progress and primary, initial=first_update * program.steps_per_update)
 
     every = checkpoint_every or program.num_updates
     sizes = [min(every, program.num_updates - done) for done in range(first_update, program.num_updates, every)]
     compile_s = run_s = 0.0
+    checked: dict[str, Any] = {}
     done = first_update  # counted here: reading it from a state of several seeds would copy every leaf
     for chunk in chunks(program, state, sizes, seeds=seeds):
         state, compile_s, run_s = chunk.state, compile_s + chunk.compile_s, run_s + chunk.run_s
         before, done = done, done + chunk.updates
-        if seeds is not None:
-            for row in _seed_mean_rows(chunk.metrics, before, log_every):
+        if chunk_rows:
+            for row in _chunk_rows(chunk.metrics, before, log_every, seeds):
                 log_row(row)
+        if program.check is not None:
+            checked = program.check(state)
         if run.checkpoints is not None:
-            save_checkpoint(run.checkpoints, program.config, state, done, seeds)
+            save_checkpoint(run.checkpoints, program.config, state, done, written_with)
     bar.close()
 
     rows = run.history()
-    recent = [row["episode_return"] for row in rows[-max(1, len(rows) // 10):]
-              if row.get("episode_return") is not None and np.isfinite(row["episode_return"])]
+    # the last tenth of the rows that saw an episode end (a DQN row of a few agent steps may not)
+    returns = [row["episode_return"] for row in rows
+               if row.get("episode_return") is not None and np.isfinite(row["episode_return"])]
+    recent = returns[-max(1, len(returns) // 10):]
     steps_run = (done - first_update) * program.steps_per_update * (seeds or 1)
     summary = {
         "env": getattr(config, "env_id", None),
@@ -333,6 +357,7 @@ def train(
         summary["final_episode_return"] = float(np.mean(recent)) if recent else None
     if program.summarize is not None:
         summary.update(program.summarize(rows))
+    summary.update(checked)
     if evaluate and program.evaluate is not None:
         summary.update(_evaluate(program, state, config.seed, seeds))
     run.finish(summary, lambda rows: plot(rows, program))
@@ -372,12 +397,14 @@ def plot(rows: list[dict[str, Any]], program: Program):
     return plot_metrics(rows, program.plotted, x_key=program.x_key, title=program.name)
 
 
-def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step: int, seeds: int | None = None):
-    """Checkpoint ``state`` at update ``step``, with the config (and the number of seeds) beside it."""
+def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step: int,
+                    written_with: Mapping[str, Any] | None = None):
+    """Checkpoint ``state`` at update ``step``, with the config and ``written_with`` (the number of
+    seeds, ``Program.written_with``) beside it. Every process of a multi-process run calls it."""
     from labcore import checkpoint  # here: orbax loads only for a run that writes a checkpoint
 
     return checkpoint.save(directory, step, state, {"config": runs.config_dict(config), "update_step": step,
-                                                    "seeds": seeds})
+                                                    "seeds": None, **(written_with or {})})
 
 
 def config_from_dict(config_class: type, fields: Mapping[str, Any]) -> Any:

@@ -145,34 +145,34 @@ def summaries(result):
 
 @pytest.mark.end_to_end
 def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters(tmp_path):
-    """2 processes x 2 devices, 1,900 updates: every chunk's parameters agree bit for bit across
-    processes (train raises otherwise), the policy improves, only process 0 writes, a restart
-    resumes from the checkpoint, and the same seed with a different chunking gives bit-for-bit
-    the same final parameters."""
+    """2 processes x 2 devices, 2,000 updates (100 of them the replay warm-up): after every chunk
+    the parameters agree bit for bit across processes (the run raises otherwise), the policy
+    improves, only process 0 writes, a run stopped after a checkpoint resumes exactly (the same
+    final parameters and the same re-logged rows as the run that was not stopped), and the same
+    seed with another chunking gives the same bits, as does one process of four devices."""
     import json
+    import shutil
 
     run_dir = tmp_path / "dp"
     first = distributed.launch([*DP_FLAGS, "--log-every", "2000", "--run-dir", str(run_dir), "--checkpoint-every", "8000"],
                                2, 2, timeout_s=300, stream=None)
     assert first.returncode == 0, first.message + "\n" + "\n".join(first.output[0][-30:])
     a, b = summaries(first)
-    assert (a["devices"], a["updates"], a["steps"]) == (4, 1900, 80_000)
+    assert (a["devices"], a["processes"], a["updates"], a["timesteps"]) == (4, 2, 2000, 80_000)
     assert a["params_fingerprint"] == b["params_fingerprint"]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 1 + 10  # warm-up + 10 chunks of 190 or fewer updates, written once (process 0 only)
-    assert all(row["fingerprint"] for row in rows[1:])
-    assert max(row["episode_return"] for row in rows[-3:]) > 5 * rows[0]["episode_return"], rows
-    assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir()) == [1600, 1900]
-    # a restart resumes from the checkpoint at 1,600 updates and finishes the remaining 300
-    import shutil
-
-    shutil.rmtree(run_dir / "checkpoints" / "1900")
+    assert [row["update"] for row in rows] == list(range(200, 2001, 200))  # written once (process 0 only)
+    returns = [row["episode_return"] for row in rows]  # the last 20 episodes of each replica
+    assert a["eval_return_mean"] > 5 * 20 and returns[-1] > 5 * returns[0], (a, returns)  # random play: ~20
+    assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir()) == [1600, 2000]
+    # stopped after the checkpoint at 1,600 updates: the resume finishes the last 400 exactly
+    shutil.rmtree(run_dir / "checkpoints" / "2000")
     resumed = distributed.launch([*DP_FLAGS, "--log-every", "2000", "--run-dir", str(run_dir), "--resume"], 2, 2,
                                  timeout_s=300, stream=None)
     assert resumed.returncode == 0, resumed.message
     c, d = summaries(resumed)
-    assert c["updates"] == 1900 and c["params_fingerprint"] == d["params_fingerprint"]
-    assert c["final_episode_return"] > 5 * rows[0]["episode_return"]  # it went on from a trained agent
+    assert c["updates"] == 2000 and c["params_fingerprint"] == d["params_fingerprint"] == a["params_fingerprint"]
+    assert [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == rows
     again = distributed.launch([*DP_FLAGS, "--log-every", "5000"], 2, 2, timeout_s=300, stream=None)
     assert again.returncode == 0, again.message
     assert summaries(again)[0]["params_fingerprint"] == a["params_fingerprint"]
@@ -181,6 +181,9 @@ def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters
     assert one_process.returncode == 0, one_process.message
     assert (summaries(one_process)[0]["processes"], summaries(one_process)[0]["replicas"]) == (1, 4)
     assert summaries(one_process)[0]["params_fingerprint"] == a["params_fingerprint"]
+    # a resume on another layout is refused by name before anything runs
+    other = distributed.launch([*DP_FLAGS, "--run-dir", str(run_dir), "--resume"], 1, 2, timeout_s=120, stream=None)
+    assert other.returncode != 0 and "devices=4" in "\n".join(sum(other.output, [])), other.output
 
 
 @pytest.mark.end_to_end
@@ -202,10 +205,11 @@ def test_four_replicas_on_one_device_run_as_on_four_devices(tmp_path):
     assert four_devices.returncode == 0 and one_device.returncode == 0, four_devices.message + one_device.message
     (spread,), (vmapped,) = summaries(four_devices), summaries(one_device)
     assert (spread["devices"], spread["replicas"], vmapped["devices"], vmapped["replicas"]) == (4, 4, 1, 4)
-    assert spread["steps"] == vmapped["steps"] == 4 * 2000 and spread["updates"] == vmapped["updates"] == 100
+    assert spread["timesteps"] == vmapped["timesteps"] == 4 * 2000 and spread["updates"] == vmapped["updates"] == 200
     (_, a), (_, b) = (multi_process.load_checkpoint(tmp_path / name) for name in ("devices", "vmapped"))
     difference = max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
-                     for x, y in zip(jax.tree_util.tree_leaves(a["train_state"].params),
-                                     jax.tree_util.tree_leaves(b["train_state"].params)))
+                     for x, y in zip(jax.tree_util.tree_leaves(a.train_state.params),
+                                     jax.tree_util.tree_leaves(b.train_state.params)))
     assert 0.0 <= difference <= 1e-5
-    assert int(a["train_state"].update_count) == int(b["train_state"].update_count) == 100
+    assert int(a.train_state.update_count) == int(b.train_state.update_count) == 100
+    assert int(a.step) == int(b.step) == 2000  # replica 0's agent steps

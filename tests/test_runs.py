@@ -439,9 +439,13 @@ def test_data_parallel_dqn_killed_after_a_checkpoint_resumes_as_one_run(tmp_path
                        "--run-dir", str(run_dir))
 
     def last_update(scale):
-        return (steps * scale - learning_starts) // 10
+        return steps * scale // 10  # train_frequency 10: the warm-up's 50 updates included
 
-    run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "updates", last_update)
-    # the warm-up row, then one per chunk of 20 updates; the resumed run's refill is not a row
-    assert [row["updates"] for row in rows] == [0, *range(20, last, 20), last]
-    assert all(row["fingerprint"] for row in rows[1:])
+    run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "update", last_update)
+    assert [row["update"] for row in rows] == list(range(20, last + 1, 20))  # a row every 20 updates
+    # the checkpoints hold every replica's envs and replay: the rows past the checkpoint come back bit for bit
+    again = {row["update"]: row for row in rows}
+    logged_twice = [row for row in at_kill if row["update"] > saved]
+    assert logged_twice and all(row == again[row["update"]] for row in logged_twice)
+    summary = json.loads((run_path / "summary.json").read_text())
+    assert (summary["updates"], summary["timesteps"], summary["replicas"]) == (last, 2 * 10 * last, 2)

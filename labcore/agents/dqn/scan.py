@@ -54,8 +54,21 @@ class _Carry(NamedTuple):
     env_state: Any  # gymnax state, leaves [num_envs, ...]
     obs: jax.Array  # [num_envs, *obs_shape]
     episode_return: jax.Array  # [num_envs] running return of each env's current episode
+    recent_returns: jax.Array  # [RECENT_EPISODES] returns of the last episodes to end (a ring)
+    episodes_done: jax.Array  # [] int32 episodes ended so far
     step: jax.Array  # [] int32 agent steps so far
     key: jax.Array
+
+
+# A row's "episode_return": the mean return of this many last finished episodes (the host loop's too).
+RECENT_EPISODES = 20
+
+
+def recent_returns(carry: _Carry) -> tuple[jax.Array, jax.Array]:
+    """(sum, number) of the returns of the last ``RECENT_EPISODES`` episodes to end (fewer before
+    that many have)."""
+    count = jnp.minimum(carry.episodes_done, RECENT_EPISODES)
+    return jnp.sum(jnp.where(jnp.arange(RECENT_EPISODES) < count, carry.recent_returns, 0.0)), count
 
 
 def iteration_counts(config: dqn.DQNConfig) -> tuple[int, int]:
@@ -120,11 +133,17 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         buffer = replay.add_batch(carry.buffer, transitions)
         episode_return = carry.episode_return + transitions.reward
         finished = (jnp.sum(done), jnp.sum(jnp.where(done, episode_return, 0.0)))
+        # the finished episodes' returns into the ring, in env order (a slot past its end is dropped;
+        # with more than RECENT_EPISODES envs ending at once, some of them share a slot)
+        order = carry.episodes_done + jnp.cumsum(done) - 1
+        slots = jnp.where(done, order % RECENT_EPISODES, RECENT_EPISODES)
         carry = carry._replace(
             buffer=buffer,
             env_state=env_state,
             obs=next_obs,
             episode_return=jnp.where(done, 0.0, episode_return),
+            recent_returns=carry.recent_returns.at[slots].set(episode_return, mode="drop"),
+            episodes_done=carry.episodes_done + jnp.sum(done, dtype=jnp.int32),
             step=carry.step + config.num_envs,
             key=key,
         )
@@ -168,6 +187,8 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
             env_state=env_state,
             obs=obs,
             episode_return=jnp.zeros(config.num_envs, jnp.float32),
+            recent_returns=jnp.zeros(RECENT_EPISODES, jnp.float32),
+            episodes_done=jnp.int32(0),
             step=jnp.int32(0),
             key=loop_key,
         )
@@ -211,8 +232,8 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
     agent steps, then one gradient step once the replay warm-up is over), so ``log_every`` and
     ``checkpoint_every`` count iterations. Seeded as ``make_train``: the same ``config.seed`` gives
     the same parameters and evaluation returns. Rows carry the iteration's metrics (see
-    ``ScanResult``) plus "timesteps" (agent steps) and "episode_return" (the mean of the episodes
-    that ended in it, NaN if none did)."""
+    ``ScanResult``) plus "timesteps" (agent steps) and "episode_return" (the mean return of the
+    last ``RECENT_EPISODES`` episodes to end, as the host loop's rows; NaN before the first)."""
     parts = make_parts(config)
 
     def init(key: jax.Array) -> _Carry:
@@ -221,8 +242,8 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
 
     def update(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
         carry, metrics = parts.iteration(carry)
-        episodes = metrics["episodes"]
-        mean_return = jnp.where(episodes > 0, metrics["episode_return_sum"] / jnp.maximum(episodes, 1), jnp.nan)
+        total, count = recent_returns(carry)
+        mean_return = jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
         return carry, {**metrics, "timesteps": metrics["step"], "episode_return": mean_return}
 
     def run(carry: _Carry, num_updates: int) -> tuple[_Carry, dict[str, jax.Array]]:
@@ -231,7 +252,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
                                  rows_per_burst=loop.burst_rows(config.train_frequency, log_every))
 
     def evaluate_state(carry: _Carry, seed: int) -> dict[str, Any]:
-        return _evaluate(config, parts.evaluate, carry.train_state.params, seed)
+        return evaluation(config, parts.evaluate, carry.train_state.params, seed)
 
     return loop.Program(
         config=config,
@@ -259,10 +280,12 @@ def evaluate(config: dqn.DQNConfig, params: Any, seed: int = 0) -> dict[str, Any
     """``config.eval_episodes`` episodes at ``config.eval_epsilon`` with the key ``make_train``
     gives its evaluation for ``seed``: their mean and spread."""
     env, env_params = envs.make_jax_env(config.env_id)
-    return _evaluate(config, make_evaluate(config, env, env_params), params, seed)
+    return evaluation(config, make_evaluate(config, env, env_params), params, seed)
 
 
-def _evaluate(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) -> dict[str, Any]:
+def evaluation(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) -> dict[str, Any]:
+    """The summary entries of ``play(params, key)`` (a ``make_evaluate`` function) with the key
+    ``make_train`` gives its evaluation for ``seed``."""
     _, _, eval_key, _ = run_keys(jax.random.key(seed))
     played = np.asarray(jax.jit(play)(params, eval_key))
     return {"eval_episodes": config.eval_episodes, "eval_epsilon": config.eval_epsilon,
