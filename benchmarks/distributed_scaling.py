@@ -33,7 +33,7 @@ from labcore.agents.dqn import actor_learner as dqn_actor_learner
 from labcore.tools.benchmarking import write_results
 
 FLAGS = ["--env", "CartPole-v1", "--learning-starts", "1000", "--buffer-size", "5000", "--exploration-fraction", "0.3",
-         "--log-every", "1000"]
+         "--log-every", "100"]
 
 
 def data_parallel(processes: int, steps: int) -> dict:

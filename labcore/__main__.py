@@ -61,10 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(train_dqn)
     _add_auto_tune_flag(train_dqn, "buffer_size / batch_size / hidden_sizes / num_envs")
     train_dqn.add_argument("--run-dir", default=None, help="folder for metrics (JSONL, CSV, TensorBoard) and checkpoints/")
-    train_dqn.add_argument("--log-every", type=_positive_int, default=1_000,
-                           help="agent steps between metric rows (under `launch`: of each replica)")
-    train_dqn.add_argument("--checkpoint-every", type=_positive_int, default=None,
-                           help="agent steps between checkpoints (under `launch`: of each replica)")
+    train_dqn.add_argument("--log-every", type=_positive_int, default=100,
+                           help="updates (train_frequency agent steps and a gradient step) between metric rows")
+    train_dqn.add_argument("--checkpoint-every", type=_positive_int, default=None, help="updates between checkpoints")
     train_dqn.add_argument("--no-save-replay", action="store_true", help="leave the replay buffer out of checkpoints")
     train_dqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     train_dqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
@@ -301,10 +300,8 @@ def _train_dqn_distributed(args: argparse.Namespace) -> int:
     config = _auto_tuned(args, _config_from(args))
     if jax.process_index() == 0:
         print(config)
-    # the flags count agent steps (of each replica), as for the host loop; the driver counts updates
-    log_every = max(1, args.log_every // config.train_frequency)
-    checkpoint_every = None if args.checkpoint_every is None else max(1, args.checkpoint_every // config.train_frequency)
-    result = dqn_distributed.train(config, run_dir=args.run_dir, log_every=log_every, checkpoint_every=checkpoint_every,
+    result = dqn_distributed.train(config, run_dir=args.run_dir, log_every=args.log_every,
+                                   checkpoint_every=args.checkpoint_every,
                                    resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard,
                                    evaluate=not args.no_eval, progress=False, on_metrics=_print_row_on_first_process,
                                    replicas_per_device=args.replicas_per_device)

@@ -52,7 +52,7 @@ def test_bad_input_is_one_clear_error(flags, message, capsys):
 
 def test_train_then_eval_a_checkpoint(tmp_path, capsys):
     run = str(tmp_path / "run")
-    flags = ["--total-steps", "600", "--learning-starts", "200", "--buffer-size", "500", "--batch-size", "32", "--log-every", "200"]
+    flags = ["--total-steps", "600", "--learning-starts", "200", "--buffer-size", "500", "--batch-size", "32", "--log-every", "20"]
     assert cli.main(["train", "dqn", *flags, "--run-dir", run, "--no-eval"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["steps"] == 600
     for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):

@@ -154,7 +154,7 @@ def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters
     import shutil
 
     run_dir = tmp_path / "dp"
-    first = distributed.launch([*DP_FLAGS, "--log-every", "2000", "--run-dir", str(run_dir), "--checkpoint-every", "8000"],
+    first = distributed.launch([*DP_FLAGS, "--log-every", "200", "--run-dir", str(run_dir), "--checkpoint-every", "800"],
                                2, 2, timeout_s=300, stream=None)
     assert first.returncode == 0, first.message + "\n" + "\n".join(first.output[0][-30:])
     a, b = summaries(first)
@@ -167,17 +167,17 @@ def test_data_parallel_dqn_across_two_processes_learns_with_identical_parameters
     assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir()) == [1600, 2000]
     # stopped after the checkpoint at 1,600 updates: the resume finishes the last 400 exactly
     shutil.rmtree(run_dir / "checkpoints" / "2000")
-    resumed = distributed.launch([*DP_FLAGS, "--log-every", "2000", "--run-dir", str(run_dir), "--resume"], 2, 2,
+    resumed = distributed.launch([*DP_FLAGS, "--log-every", "200", "--run-dir", str(run_dir), "--resume"], 2, 2,
                                  timeout_s=300, stream=None)
     assert resumed.returncode == 0, resumed.message
     c, d = summaries(resumed)
     assert c["updates"] == 2000 and c["params_fingerprint"] == d["params_fingerprint"] == a["params_fingerprint"]
     assert [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == rows
-    again = distributed.launch([*DP_FLAGS, "--log-every", "5000"], 2, 2, timeout_s=300, stream=None)
+    again = distributed.launch([*DP_FLAGS, "--log-every", "500"], 2, 2, timeout_s=300, stream=None)
     assert again.returncode == 0, again.message
     assert summaries(again)[0]["params_fingerprint"] == a["params_fingerprint"]
     # one process of four devices runs the same four replicas: the same bits as two processes of two
-    one_process = distributed.launch([*DP_FLAGS, "--log-every", "5000"], 1, 4, timeout_s=300, stream=None)
+    one_process = distributed.launch([*DP_FLAGS, "--log-every", "500"], 1, 4, timeout_s=300, stream=None)
     assert one_process.returncode == 0, one_process.message
     assert (summaries(one_process)[0]["processes"], summaries(one_process)[0]["replicas"]) == (1, 4)
     assert summaries(one_process)[0]["params_fingerprint"] == a["params_fingerprint"]
@@ -198,7 +198,7 @@ def test_four_replicas_on_one_device_run_as_on_four_devices(tmp_path):
 
     from labcore.agents.dqn import multi_process
 
-    flags = [*DP_FLAGS[:5], "2000", *DP_FLAGS[6:], "--log-every", "5000"]  # 1,000 warm-up steps, 100 updates
+    flags = [*DP_FLAGS[:5], "2000", *DP_FLAGS[6:], "--log-every", "500"]  # 1,000 warm-up steps, 100 updates
     four_devices = distributed.launch([*flags, "--run-dir", str(tmp_path / "devices")], 1, 4, timeout_s=300, stream=None)
     one_device = distributed.launch([*flags, "--replicas-per-device", "4", "--run-dir", str(tmp_path / "vmapped")], 1, 1,
                                     timeout_s=300, stream=None)

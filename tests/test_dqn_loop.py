@@ -68,7 +68,7 @@ def test_resume_refuses_a_different_config(tmp_path):
 def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
     from labcore.logging import read_metrics
 
-    result = dqn_loop.train(SMALL, run_dir=tmp_path, log_every=1_000, progress=False)
+    result = dqn_loop.train(SMALL, run_dir=tmp_path, log_every=1_000 // SMALL.train_frequency, progress=False)
     rows = read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [1_000, 2_000, 3_000] and rows == result.metrics
     assert {"loss", "episode_return", "epsilon", "steps_per_second"} <= set(rows[-1])

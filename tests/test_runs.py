@@ -409,12 +409,12 @@ def test_jitted_dqn_killed_with_its_newest_checkpoint_damaged_resumes_from_the_o
 
 @pytest.mark.end_to_end
 def test_dqn_host_loop_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
-    steps, log_every = 6_000, 250
+    steps, log_every = 6_000, 250  # agent steps: 25 and 100 updates of train_frequency 10
 
     def command(run_dir, scale):
         return labcore("train", "dqn", "--total-steps", str(steps * scale), "--learning-starts", "500", "--buffer-size", "1000",
-                       "--batch-size", "32", "--hidden-sizes", "32", "32", "--log-every", str(log_every),
-                       "--checkpoint-every", "1000", "--no-eval", "--run-dir", str(run_dir))
+                       "--batch-size", "32", "--hidden-sizes", "32", "32", "--log-every", "25",
+                       "--checkpoint-every", "100", "--no-eval", "--run-dir", str(run_dir))
 
     run_path, at_kill, saved, rows, last = killed_and_resumed(tmp_path, command, "step", lambda scale: steps * scale)
     assert [row["step"] for row in rows] == list(range(log_every, last + 1, log_every))
@@ -430,12 +430,12 @@ def test_dqn_host_loop_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
 @pytest.mark.end_to_end
 @pytest.mark.several_processes
 def test_data_parallel_dqn_killed_after_a_checkpoint_resumes_as_one_run(tmp_path):
-    steps, log_every, learning_starts = 3_000, 200, 500  # per device; 20 updates per chunk
+    steps, learning_starts = 3_000, 500  # agent steps per device; a row every 20 updates, a checkpoint every 40
 
     def command(run_dir, scale):
         return labcore("launch", "--num-processes", "2", "--devices-per-process", "1", "--timeout", "300", "--",
                        "train", "dqn", "--total-steps", str(steps * scale), "--learning-starts", str(learning_starts),
-                       "--buffer-size", "2000", "--log-every", str(log_every), "--checkpoint-every", str(2 * log_every),
+                       "--buffer-size", "2000", "--log-every", "20", "--checkpoint-every", "40",
                        "--run-dir", str(run_dir))
 
     def last_update(scale):

@@ -207,7 +207,7 @@ def train(
     config: dqn.DQNConfig,
     *,
     run_dir: str | os.PathLike | None = None,
-    log_every: int = 1_000,
+    log_every: int = 100,
     checkpoint_every: int | None = None,
     save_replay: bool = True,
     resume: bool = False,
@@ -220,8 +220,10 @@ def train(
     """Train a DQN agent on ``config.env_id`` for ``config.total_steps`` agent steps.
 
     run_dir: where metrics and checkpoints go (None: metrics in memory, no checkpoints).
-    log_every: agent steps between metric rows.
-    checkpoint_every: agent steps between checkpoints (None: only at the end, if run_dir).
+    log_every: updates between metric rows, counted as on every driver (``labcore.loop``): one
+      update is ``train_frequency`` agent steps and (past ``learning_starts``) one gradient step,
+      so a row every ``log_every * train_frequency`` agent steps. Rows are keyed by agent step.
+    checkpoint_every: updates between checkpoints (None: only at the end, if run_dir).
     save_replay: include the replay buffer and the pickled envs in checkpoints, which makes a
       resumed run continue exactly; without them a resume refills the buffer from scratch.
     resume: continue from the newest checkpoint in ``run_dir/checkpoints`` (one must exist, written
@@ -238,6 +240,8 @@ def train(
         raise ValueError(f"checkpoint_every must be >= 1 or None, got {checkpoint_every}")
     if (checkpoint_every is not None or resume) and run_dir is None:
         raise ValueError("checkpoints need a run_dir")
+    log_steps = log_every * config.train_frequency  # agent steps
+    checkpoint_steps = None if checkpoint_every is None else checkpoint_every * config.train_frequency
     obs_shape, obs_dtype, num_actions = env_spec(config)  # fails early on a bad env
     run = runs.RunDir.open(run_dir, config, step_key="step", resume=resume, overwrite=overwrite, tensorboard=tensorboard)
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
@@ -309,7 +313,7 @@ def train(
         chunk, chunk_ends = _empty_chunk(chunk_rows, config.num_envs, obs_shape, obs_dtype)
         chunk_row, chunk_start = 0, step
 
-        if step // log_every > last_log_step // log_every or step >= end_step:
+        if step // log_steps > last_log_step // log_steps or step >= end_step:
             now = time.perf_counter()
             row = {
                 "step": step,
@@ -325,7 +329,7 @@ def train(
             bar.set_postfix(ret=row["episode_return"], eps=round(row["epsilon"], 3), sps=int(row["steps_per_second"]))
             last_log_time, last_log_step = now, step
         if run.checkpoints is not None and (
-            step >= end_step or (checkpoint_every is not None and step // checkpoint_every > (step - steps_per_chunk) // checkpoint_every)
+            step >= end_step or (checkpoint_steps is not None and step // checkpoint_steps > (step - steps_per_chunk) // checkpoint_steps)
         ):
             loop = {"step": step, "episode_returns": episode_returns, "metrics": metrics,
                     "elapsed_s": elapsed_before + time.perf_counter() - started}
