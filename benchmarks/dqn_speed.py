@@ -43,7 +43,7 @@ from labcore.tools.benchmarking import time_call, write_results
 def labcore_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
     """Steps/s of dqn_loop.train over its last ``steps`` steps (the first log interval, with compiles, dropped)."""
     config = dataclasses.replace(config, total_steps=config.learning_starts + steps)
-    result = dqn_loop.train(config, log_every=steps // 4, progress=False)
+    result = dqn_loop.train(config, log_every=steps // (4 * config.train_frequency), progress=False)
     timed = result.metrics[-3:]  # the last three quarters
     seconds = sum((row["step"] - previous["step"]) / row["steps_per_second"] for previous, row in zip(result.metrics[-4:], timed))
     return (timed[-1]["step"] - result.metrics[-4]["step"]) / seconds

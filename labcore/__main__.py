@@ -132,11 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
     _add_config_flags(train_iqn, "IQNRunConfig")
     _add_auto_tune_flag(train_iqn, "num_worlds / hidden_size / n_tau_act / batch_size / buffer_size")
-    train_iqn.add_argument("--run-dir", default=None, help="results folder: config, metrics, plot, checkpoint, summary")
-    train_iqn.add_argument("--log-every", type=_positive_int, default=10, help="epochs between metric-file writes")
-    train_iqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
-    train_iqn.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_tensorboard_flag(train_iqn)
+    # --checkpoint-every, --resume and --seeds need --mode jax_fused (the others run in one call)
+    _add_loop_flags(train_iqn, 10, "one epoch: the turns, then a train step per agent")
 
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
     eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
@@ -351,17 +348,6 @@ def _cpu_scheduler_flag() -> None:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
 
-def _train_iqn(args: argparse.Namespace) -> int:
-    from labcore.agents.iqn import run as iqn_run
-
-    config = _auto_tuned(args, _config_from(args, "IQNRunConfig"))
-    print(config)
-    result = iqn_run.run(config, run_dir=args.run_dir, log_every=args.log_every, progress=not args.no_progress,
-                         overwrite=args.overwrite, tensorboard=args.tensorboard)
-    print(json.dumps(result.summary))
-    return 0
-
-
 def _eval_iqn(args: argparse.Namespace) -> int:
     from labcore.agents.iqn import run as iqn_run
     from labcore.agents.iqn.run_config import IQNRunConfig
@@ -369,7 +355,7 @@ def _eval_iqn(args: argparse.Namespace) -> int:
     # The world and agent flags given override the checkpoint's config (flat field names).
     overrides = {field.name: getattr(args, field.name) for field in IQNRunConfig.flat_fields()
                  if field.name not in _IQN_TRAINING_ONLY and getattr(args, field.name) is not None}
-    config, params = iqn_run.load_checkpoint(args.checkpoint, step=args.step, overrides=overrides)
+    config, params = iqn_run.load_params(args.checkpoint, step=args.step, overrides=overrides)
     greedy = iqn_run.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=0.0)
     random_play = iqn_run.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=1.0)
     for epoch, gems in enumerate(greedy["gems"]):
@@ -382,12 +368,12 @@ def _eval_iqn(args: argparse.Namespace) -> int:
 
 
 def _train_on_loop(args: argparse.Namespace) -> int:
-    """train ppo | pqn | dqn-scan | gflownet: through the agent contract's ``train`` (labcore.loop.train;
-    the GFlowNet's host trainers refuse the flags that need checkpoints)."""
+    """train ppo | pqn | dqn-scan | gflownet | iqn: through the agent contract's ``train`` (labcore.loop.train;
+    the GFlowNet's host trainers and IQN's host modes refuse the flags that need checkpoints)."""
     import importlib
 
     package, config_class = {"ppo": ("ppo", "PPOConfig"), "pqn": ("pqn", "PQNConfig"), "dqn-scan": ("dqn", "DQNConfig"),
-                             "gflownet": ("gflownet", "GFlowNetConfig")}[args.agent]
+                             "gflownet": ("gflownet", "GFlowNetConfig"), "iqn": ("iqn", "IQNRunConfig")}[args.agent]
     agent = importlib.import_module(f"labcore.agents.{package}")  # the agent contract: agent.train
     config = _auto_tuned(args, _config_from(args, config_class))
     print(config)
@@ -458,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
 
         commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_on_loop,
                     ("eval", "ppo"): _eval_ppo, ("train", "pqn"): _train_on_loop, ("eval", "pqn"): _eval_pqn,
-                    ("train", "gflownet"): _train_on_loop, ("train", "iqn"): _train_iqn,
+                    ("train", "gflownet"): _train_on_loop, ("train", "iqn"): _train_on_loop,
                     ("eval", "iqn"): _eval_iqn, ("train", "dqn-actor-learner"): _train_dqn_actor_learner,
                     ("train", "dqn-scan"): _train_on_loop}
         try:

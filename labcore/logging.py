@@ -44,7 +44,9 @@ FLUSH_SECONDS = 1  # the writer thread's longest wait before it puts written poi
 
 
 def _plain(value: Any) -> Any:
-    """numpy / jax scalars -> Python numbers, so json can write them; NaN -> None."""
+    """numpy / jax scalars -> Python numbers and arrays -> lists of them, so json can write them; NaN -> None."""
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0) > 0:
+        return [_plain(item) for item in value.tolist()]
     if hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):

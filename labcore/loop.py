@@ -15,7 +15,8 @@ compiles ``run`` once per chunk size, runs chunks of ``checkpoint_every`` update
 checkpoint of the whole state after each, logs a metrics row every ``log_every`` updates while the
 compiled chunk runs (the rows reach the host in bursts, see ``scan_updates``), resumes exactly from
 the newest intact checkpoint, and ends with evaluation, ``summary.json`` and ``metrics.png``.
-PPO, PQN, the jitted DQN and the all-JAX GFlowNet trainer run on it (``labcore.agents.<algo>.train``),
+PPO, PQN, the jitted DQN, the all-JAX GFlowNet trainer and IQN's fused mode run on it
+(``labcore.agents.<algo>.train``),
 and so does the data-parallel DQN over every device of several processes
 (``labcore.agents.dqn.multi_process``: process 0 writes the folder, every process the checkpoints).
 
@@ -78,6 +79,8 @@ class Program(NamedTuple):
     # what a resume must match besides the config, saved in every checkpoint (e.g. {"devices": 4}:
     # a state laid out for 4 devices restores on 4)
     written_with: Mapping[str, Any] = {}
+    # how a chunk's lowered program is compiled (default ``lowered.compile()``), e.g. with compiler options
+    compile: Callable[[jax.stages.Lowered], jax.stages.Compiled] | None = None
 
 
 class RunResult(NamedTuple):
@@ -109,8 +112,9 @@ def scan_updates(
     ``lax.scan``; returns the final state and the metrics with leaves [num_updates].
 
     callback: called on the host with the metrics of every update after which ``updates_done`` is
-    a multiple of ``log_every`` (0-d numpy arrays, plus "update"; under ``jax.vmap``, once per
-    seed), in order, while the compiled program runs. The logged rows wait on the device and
+    a multiple of ``log_every`` (numpy arrays, plus "update"; under ``jax.vmap``, once per seed),
+    in order, while the compiled program runs. A metric is a scalar or a vector (e.g. one value
+    per world), which reaches the callback as a 1-d array. The logged rows wait on the device and
     travel to the host ``rows_per_burst`` at a time (the rest at the end): a host callback costs
     about half a millisecond on a CPU, 3% of a CartPole PPO run if one were made every 10 updates.
     The callback changes no number: the state and metrics are those of the scan without it.
@@ -124,13 +128,20 @@ def scan_updates(
     names["update"] = jax.ShapeDtypeStruct((), jnp.int32)
     ints = [name for name in names if jnp.issubdtype(names[name].dtype, jnp.integer)]  # counts, kept exact
     floats = [name for name in names if name not in ints]
+    # a row is each kind's metrics flattened side by side: a metric's columns, its start and end
+    columns = {name: int(np.prod(names[name].shape)) for name in names}
+    spans = {name: (start := sum(columns[other] for other in group[:group.index(name)]), start + columns[name])
+             for group in (floats, ints) for name in group}
+
+    def flat(logged: Metrics, group: list[str], dtype) -> jax.Array:
+        return jnp.concatenate([jnp.ravel(jnp.asarray(logged[name], dtype)) for name in group]) if group else jnp.zeros(0, dtype)
 
     def send(burst: tuple[jax.Array, jax.Array, jax.Array]) -> None:
         def on_host(float_rows, int_rows, count) -> None:
             float_rows, int_rows = np.asarray(float_rows), np.asarray(int_rows)
             for row in range(int(count)):
-                values = {**dict(zip(floats, float_rows[row])), **dict(zip(ints, int_rows[row]))}
-                callback({name: np.asarray(values[name]) for name in names})
+                values = {name: (float_rows if name in floats else int_rows)[row, slice(*spans[name])] for name in names}
+                callback({name: values[name].reshape(names[name].shape) for name in names})
 
         jax.debug.callback(on_host, *burst)
 
@@ -140,16 +151,16 @@ def scan_updates(
         done = jnp.asarray(updates_done(state), jnp.int32)
         logged = {**metrics, "update": done}
         # written at row `count` every update; kept (count + 1) only when this update is logged
-        float_rows = float_rows.at[count].set(jnp.stack([jnp.asarray(logged[name], jnp.float32) for name in floats]))
-        int_rows = int_rows.at[count].set(jnp.stack([jnp.asarray(logged[name], jnp.int32) for name in ints]))
+        float_rows = float_rows.at[count].set(flat(logged, floats, jnp.float32))
+        int_rows = int_rows.at[count].set(flat(logged, ints, jnp.int32))
         count = count + (done % log_every == 0)
         full = count == rows_per_burst
         jax.lax.cond(full, send, lambda burst: None, (float_rows, int_rows, count))
         return (state, (float_rows, int_rows, jnp.where(full, 0, count))), metrics
 
     empty = (
-        jnp.zeros((rows_per_burst, len(floats)), jnp.float32),
-        jnp.zeros((rows_per_burst, len(ints)), jnp.int32),
+        jnp.zeros((rows_per_burst, sum(columns[name] for name in floats)), jnp.float32),
+        jnp.zeros((rows_per_burst, sum(columns[name] for name in ints)), jnp.int32),
         jnp.int32(0),
     )
     (state, burst), metrics = jax.lax.scan(update_and_log, (state, empty), None, length=num_updates)
@@ -214,7 +225,8 @@ def chunks(program: Program, state: Any, sizes: Iterable[int], *, seeds: int | N
         compile_s = 0.0
         if size not in compiled:
             started = time.perf_counter()
-            compiled[size] = run_chunk.lower(state, size).compile()
+            lowered = run_chunk.lower(state, size)
+            compiled[size] = lowered.compile() if program.compile is None else program.compile(lowered)
             compile_s = time.perf_counter() - started
         started = time.perf_counter()
         state, metrics = jax.block_until_ready(compiled[size](state))
@@ -245,13 +257,14 @@ def _chunk_rows(metrics: Metrics, first_update: int, log_every: int, seeds: int 
             continue
         row: dict[str, Any] = {"update": update}
         for name, values in metrics.items():
-            column = values[:, index]
+            column = values[:, index]  # [seeds, *metric shape]
             if np.issubdtype(column.dtype, np.integer) and (column == column[0]).all():
-                row[name] = int(column[0])
+                mean = column[0]
             else:
                 with np.errstate(invalid="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # every seed NaN: the mean is NaN
-                    row[name] = float(np.nanmean(column.astype(np.float64)))
+                    mean = np.nanmean(column.astype(np.float64), axis=0)
+            row[name] = mean.tolist() if np.ndim(mean) else mean.item()
         rows.append(row)
     return rows
 
@@ -390,6 +403,25 @@ def trainer(make_program: MakeProgram, algorithm: str) -> Callable[..., RunResul
     return train_algorithm
 
 
+# What a host-driven trainer beside a program (a loop of Python calls, run to its end in one call)
+# takes of train's options; the others need the program.
+HOST_OPTIONS = ("overwrite", "tensorboard", "evaluate", "progress")
+PROGRAM_OPTIONS = ("checkpoint_every", "resume", "seeds", "on_metrics")
+
+
+def refuse_program_options(options: Mapping[str, Any], setting: str, value: Any, program: str) -> None:
+    """For an algorithm whose config field ``setting`` chose a host-driven trainer (``value``):
+    ValueError naming ``setting`` for any of ``PROGRAM_OPTIONS`` asked for (``program``: what to
+    choose instead), TypeError for an option ``train`` does not have."""
+    asked = sorted(name for name, given in options.items() if name not in HOST_OPTIONS and given not in (None, False))
+    if asked:
+        raise ValueError(f"{setting}: {', '.join(asked)} {'needs' if len(asked) == 1 else 'need'} {program}; "
+                         f"the {value!r} {setting} runs to its end in one call, without checkpoints")
+    unknown = sorted(set(options) - set(HOST_OPTIONS) - set(PROGRAM_OPTIONS))
+    if unknown:
+        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
+
+
 def plot(rows: list[dict[str, Any]], program: Program):
     """The run's metrics.png: ``program.plotted`` against ``program.x_key`` (env steps)."""
     from labcore.logging import plot_metrics
@@ -408,7 +440,10 @@ def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step:
 
 
 def config_from_dict(config_class: type, fields: Mapping[str, Any]) -> Any:
-    """A config dataclass from its JSON fields: lists become tuples where the field's default is one."""
+    """A config dataclass from its JSON fields: lists become tuples where the field's default is one
+    (a class with a ``from_dict`` of its own, e.g. a composed config, reads them itself)."""
+    if hasattr(config_class, "from_dict"):
+        return config_class.from_dict(fields)
     defaults = {f.name: f.default for f in dataclasses.fields(config_class)}
     return config_class(**{name: tuple(value) if isinstance(defaults.get(name), tuple) and isinstance(value, list)
                             else value for name, value in fields.items()})

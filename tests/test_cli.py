@@ -217,9 +217,15 @@ def test_train_iqn_then_eval_the_checkpoint(tmp_path, capsys):
     tiny = ["--height", "6", "--width", "6", "--n-agents", "2", "--max-turns", "5", "--hidden-size", "8", "--n-quantiles", "2",
             "--n-tau-act", "4", "--buffer-size", "32", "--batch-size", "4", "--n-frames", "2"]
     # The pytorch mode: no compile, so the test stays quick; every mode writes the same checkpoint layout.
-    assert cli.main(["train", "iqn", "--mode", "pytorch", "--epochs", "4", *tiny, "--run-dir", str(run), "--no-progress"]) == 0
+    assert cli.main(["train", "iqn", "--mode", "pytorch", "--epochs", "4", *tiny, "--run-dir", str(run), "--no-progress",
+                     "--log-every", "1", "--no-eval"]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert summary["mode"] == "pytorch" and summary["epochs"] == 4 and summary["n_agents"] == 2
+    assert summary["mode"] == "pytorch" and summary["epochs"] == summary["updates"] == 4 and summary["n_agents"] == 2
+    assert [json.loads(line)["update"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    # only the fused mode (on labcore.loop) checkpoints during the run and resumes
+    assert cli.main(["train", "iqn", "--mode", "pytorch", *tiny, "--run-dir", str(tmp_path / "other"),
+                     "--checkpoint-every", "2"]) == 2
+    assert "mode: checkpoint_every needs the checkpointed fused mode (mode='jax_fused')" in capsys.readouterr().err
     for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
         assert (run / name).is_file(), name
     assert cli.main(["train", "iqn", "--mode", "pytorch", "--epochs", "4", *tiny, "--run-dir", str(run), "--no-progress"]) == 2

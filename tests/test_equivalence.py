@@ -1,6 +1,6 @@
 """The agent contract and the equivalence of the ways one run can be cut (labcore.loop).
 
-Every algorithm on the shared driver (PPO, PQN, the jitted DQN, the all-JAX GFlowNet) is imported the same way and run
+Every algorithm on the shared driver (PPO, PQN, the jitted DQN, the all-JAX GFlowNet, IQN's fused mode) is imported the same way and run
 by the same ``train``; seed i of a vmap over seeds ends where the run of that seed alone ends.
 """
 
@@ -28,10 +28,12 @@ def small_config(algorithm: str):
                                     hidden_sizes=(32,), eval_episodes=4),
         "gflownet": lambda: agent.Config(trainer="jax", ndim=2, height=4, hidden_size=16, batch_size=8, iterations=4,
                                          l1_samples=20),
+        "iqn": lambda: agent.Config(mode="jax_fused", epochs=6, height=6, width=6, n_agents=2, max_turns=5, hidden_size=8,
+                                    n_quantiles=2, n_tau_act=4, buffer_size=32, batch_size=4, n_frames=2),
     }[algorithm]()
 
 
-ALGORITHMS = ("ppo", "pqn", "dqn", "gflownet")
+ALGORITHMS = ("ppo", "pqn", "dqn", "gflownet", "iqn")
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -121,3 +123,30 @@ def test_the_gflownet_program_is_make_train_cut_into_chunks(tmp_path):
         gflownet.train(dataclasses.replace(config, trainer="hybrid"), tmp_path / "h", resume=True, seeds=2)
     with pytest.raises(ValueError, match="trainer: make_program builds the all-JAX trainer"):
         gflownet.make_program(dataclasses.replace(config, trainer="torch"))
+
+
+def test_the_iqn_program_is_the_fused_runner_cut_into_chunks(tmp_path):
+    """IQN's fused mode on the loop plays the game of the fused runner (one compiled call per
+    epoch here) and of make_train (the whole run in one scan): the same parameters, bit for bit,
+    and the same rows, whatever the chunks."""
+    from labcore.agents import iqn
+    from labcore.agents.iqn import run as iqn_run
+    from labcore.agents.iqn import runners
+
+    config = small_config("iqn")
+    chunked = iqn.train(config, tmp_path, log_every=1, checkpoint_every=4, evaluate=False, progress=False)  # 4 + 2
+    runner = runners.JaxFusedRunner(config)
+    rows = iqn_run.metric_rows(0, runners.EpochNumbers(*(np.concatenate(parts) for parts in zip(
+        *[runner.run_epochs(1) for _ in range(config.epochs)]))))
+    assert max_difference(iqn_run.agent_params(config, chunked.state), runner.params()) == 0.0
+    for row, expected in zip(chunked.metrics, rows, strict=True):
+        assert row["update"] == expected["update"] and row["gems_per_world"] == expected["gems_per_world"]
+        assert row["mean_reward"] == pytest.approx(expected["mean_reward"], rel=1e-6)
+        assert (row["loss"] is None) == (expected["loss"] is None)
+    whole, _ = jax.jit(iqn.make_train(config))(jax.random.key(config.seed))
+    assert max_difference(whole, chunked.state) == 0.0
+    loaded_config, state = iqn.load_checkpoint(tmp_path)
+    assert loaded_config == config and max_difference(state, chunked.state) == 0.0
+    # the host modes write the same rows, and refuse what needs a checkpoint
+    with pytest.raises(ValueError, match="mode: resume, seeds need the checkpointed fused mode"):
+        iqn.train(dataclasses.replace(config, mode="jax_parallel"), tmp_path / "host", resume=True, seeds=2)

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from labcore import loop
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import programs, runners, timing
 from labcore.agents.iqn import run as iqn_run
@@ -43,11 +44,13 @@ def numbers(rows: list[dict]) -> list[dict]:
 
 
 def close_rows(a: list[dict], b: list[dict], loss_tol: float = 1e-5) -> None:
-    """Gems, rewards and epsilon exactly equal; losses to loss_tol (or both None)."""
+    """Gems exactly equal; mean rewards to float32 rounding (the fused mode averages on the device,
+    the others on the host in float64) and epsilon too; losses to loss_tol (or both None)."""
     assert len(a) == len(b)
     for row_a, row_b in zip(a, b):
-        for key in ("epoch", "gems", "gems_per_world", "mean_reward"):
+        for key in ("update", "gems", "gems_per_world"):
             assert row_a[key] == row_b[key], (key, row_a, row_b)
+        assert row_a["mean_reward"] == pytest.approx(row_b["mean_reward"], rel=1e-6)
         assert row_a["epsilon"] == pytest.approx(row_b["epsilon"], rel=1e-6)
         assert (row_a["loss"] is None) == (row_b["loss"] is None), (row_a, row_b)
         if row_a["loss"] is not None:
@@ -74,12 +77,18 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, iqn_run.IQNRunResult]:
-    """Every mode, EPOCHS epochs of the small config with seed 0; pytorch and jax_fused write a folder."""
+def runs(tmp_path_factory) -> dict[str, loop.RunResult]:
+    """Every mode, EPOCHS epochs of the small config with seed 0, a row every epoch; pytorch and
+    jax_fused write a folder."""
     folders = tmp_path_factory.mktemp("iqn_runs")
-    return {mode: iqn_run.run(small(mode), run_dir=folders / mode if mode in ("pytorch", "jax_fused") else None,
-                                progress=False, log_every=4)
+    return {mode: iqn_run.train(small(mode), run_dir=folders / mode if mode in ("pytorch", "jax_fused") else None,
+                                progress=False, log_every=1, evaluate=False)
             for mode in MODES}
+
+
+def params(result: loop.RunResult):
+    """The agents' parameters of a run of any mode (the fused mode's state is its whole WorldRun)."""
+    return iqn_run.agent_params(result.config, result.state)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,26 +180,28 @@ def test_every_mode_logs_the_same_columns_and_epoch_rhythm(runs):
     for mode, result in runs.items():
         assert len(result.metrics) == EPOCHS, mode
         for epoch, row in enumerate(result.metrics):
-            assert tuple(row) == iqn_run.METRIC_COLUMNS, mode
-            assert row["epoch"] == epoch and row["epoch_seconds"] > 0
+            # the fused mode runs its epochs in compiled chunks, timed as a whole (summary's run_s)
+            columns = iqn_run.METRIC_COLUMNS[:-1] if mode == "jax_fused" else iqn_run.METRIC_COLUMNS
+            assert set(row) == set(columns), mode
+            assert row["update"] == epoch + 1 and (mode == "jax_fused" or row["epoch_seconds"] > 0)
             assert row["gems_per_world"] == [row["gems"]] and row["gems"] >= 0
             # One train step per agent once its buffer allows: not before the end of epoch 3.
             assert (row["loss"] is None) == (epoch < FIRST_TRAINED), (mode, row)
             assert row["epsilon"] == pytest.approx((1 - SMALL["epsilon_decay"]) ** epoch, rel=1e-6)
         assert result.summary["mode"] == mode and result.summary["epochs"] == EPOCHS
         # The agents' parameters, stacked in the Flax layout, in every mode.
-        iqn_run.check_params(result.params, result.config)
+        iqn_run.check_params(params(result), result.config)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_same_seed_same_metrics(runs, mode):
-    again = iqn_run.run(small(mode), progress=False)
+    again = iqn_run.train(small(mode), progress=False, log_every=1, evaluate=False)
     assert numbers(again.metrics) == numbers(runs[mode].metrics)
-    assert_params_close(again.params, runs[mode].params, tol=0.0)
+    assert_params_close(params(again), params(runs[mode]), tol=0.0)
 
 
 def test_another_seed_plays_another_game(runs):
-    other = iqn_run.run(small("jax_fused", seed=1), progress=False)
+    other = iqn_run.train(small("jax_fused", seed=1), progress=False, log_every=1, evaluate=False)
     assert numbers(other.metrics) != numbers(runs["jax_fused"].metrics)
 
 
@@ -198,13 +209,13 @@ def test_jax_parallel_equals_jax_sequential(runs):
     """Same keys, same game: vmapped acting, buffer writes and training (one call per turn, the JAX
     world) against each agent's jitted functions called one by one on the Python world."""
     close_rows(runs["jax_parallel"].metrics, runs["jax_sequential"].metrics)
-    assert_params_close(runs["jax_parallel"].params, runs["jax_sequential"].params)
+    assert_params_close(params(runs["jax_parallel"]), params(runs["jax_sequential"]))
 
 
 def test_jax_fused_equals_jax_parallel(runs):
     """The whole epoch in one compiled scan plays the same game as one call per turn."""
     close_rows(runs["jax_fused"].metrics, runs["jax_parallel"].metrics)
-    assert_params_close(runs["jax_fused"].params, runs["jax_parallel"].params)
+    assert_params_close(params(runs["jax_fused"]), params(runs["jax_parallel"]))
 
 
 def test_pytorch_plays_the_same_rules_with_its_own_generators(runs):
@@ -241,7 +252,7 @@ def test_fused_worlds_equal_single_world_runs():
 
 
 def test_results_folder(runs):
-    assert runs["jax_parallel"].summary["run_dir"] is None
+    assert runs["jax_parallel"].run_dir is None
     for mode in ("pytorch", "jax_fused"):
         result = runs[mode]
         folder = _folder(result)
@@ -252,22 +263,27 @@ def test_results_folder(runs):
         assert json.loads((folder / "summary.json").read_text()) == result.summary
         assert [int(p.name) for p in (folder / "checkpoints").iterdir()] == [EPOCHS]
         with pytest.raises(FileExistsError, match="holds an earlier run"):
-            iqn_run.run(result.config, run_dir=folder, progress=False)
+            iqn_run.train(result.config, run_dir=folder, progress=False)
 
 
-def _folder(result: iqn_run.IQNRunResult) -> pathlib.Path:
-    return pathlib.Path(result.summary["run_dir"])
+def _folder(result: loop.RunResult) -> pathlib.Path:
+    return pathlib.Path(result.run_dir)
 
 
 def test_checkpoint_round_trip_same_layout_in_every_mode(runs):
     fused, torch_run = runs["jax_fused"], runs["pytorch"]
     for result in (fused, torch_run):
-        config, params = iqn_run.load_checkpoint(_folder(result))
+        config, loaded = iqn_run.load_params(_folder(result))
         assert config == result.config
-        assert_params_close(params, result.params, tol=0.0)
+        assert_params_close(loaded, params(result), tol=0.0)
+    # the agent contract's loader: the fused run's whole state, the host mode's parameters
+    config, state = iqn_run.load_checkpoint(_folder(fused))
+    assert config == fused.config and int(state.epoch[0]) == EPOCHS
+    assert_params_close(state.agents.params, fused.state.agents.params, tol=0.0)
+    assert_params_close(iqn_run.load_checkpoint(_folder(torch_run))[1], params(torch_run), tol=0.0)
     # The PyTorch networks went through the bridge: the same tree and shapes as the JAX agents'.
     shapes = lambda tree: jax.tree_util.tree_map(np.shape, tree)  # noqa: E731
-    assert shapes(torch_run.params) == shapes(fused.params) == shapes(iqn_run.params_shape(fused.config))
+    assert shapes(params(torch_run)) == shapes(params(fused)) == shapes(iqn_run.params_shape(fused.config))
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -278,29 +294,29 @@ def test_checkpoint_round_trip_same_layout_in_every_mode(runs):
 ])
 def test_a_mismatched_checkpoint_is_a_clear_error(runs, overrides, message):
     with pytest.raises(ValueError, match=message):
-        iqn_run.load_checkpoint(_folder(runs["jax_fused"]), overrides=overrides)
+        iqn_run.load_params(_folder(runs["jax_fused"]), overrides=overrides)
     with pytest.raises(ValueError, match=message):
-        iqn_run.load_checkpoint(_folder(runs["jax_fused"]),
+        iqn_run.load_params(_folder(runs["jax_fused"]),
                                   config=dataclasses.replace(runs["jax_fused"].config, **overrides))
 
 
 def test_a_world_count_mismatch_is_a_clear_error(runs):
-    params = runs["jax_fused"].params
+    fused_params = params(runs["jax_fused"])
     expected = r"'advantage/bias' has shape \(3, 4\), but the config expects a leading axis of num_worlds = 2"
     with pytest.raises(ValueError, match=expected):
-        iqn_run.check_params(params, small("jax_fused", num_worlds=2))
+        iqn_run.check_params(fused_params, small("jax_fused", num_worlds=2))
     with pytest.raises(FileNotFoundError):
-        iqn_run.load_checkpoint(_folder(runs["jax_fused"]) / "nothing-here")
+        iqn_run.load_params(_folder(runs["jax_fused"]) / "nothing-here")
 
 
 def test_evaluate_plays_greedily_without_learning(runs):
     result = runs["jax_fused"]
-    report = iqn_run.evaluate(result.config, result.params, epochs=3)
+    report = iqn_run.evaluate(result.config, params(result), epochs=3)
     assert len(report["gems"]) == 3 and len(report["gems_per_world"]) == 3
-    assert report == iqn_run.evaluate(result.config, result.params, epochs=3)  # deterministic, params untouched
-    assert report != iqn_run.evaluate(result.config, result.params, epochs=3, epsilon=1.0)
+    assert report == iqn_run.evaluate(result.config, params(result), epochs=3)  # deterministic, params untouched
+    assert report != iqn_run.evaluate(result.config, params(result), epochs=3, epsilon=1.0)
     with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
-        iqn_run.evaluate(result.config, result.params, epochs=0)
+        iqn_run.evaluate(result.config, params(result), epochs=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,12 +329,12 @@ def test_learning_gems_per_epoch_rise(mode):
     """300 epochs of the small config: gems per epoch over the last 20% of epochs clearly above the
     first 20% (measured with seed 0: jax_fused 4.6 -> 7.4, pytorch 4.5 -> 8.8), and the final
     greedy agents (a floor of epsilon 0.1 during training, 0 here) beat random play."""
-    result = iqn_run.run(small(mode, epochs=300), progress=False)
+    result = iqn_run.train(small(mode, epochs=300), progress=False, log_every=1, evaluate=False)
     gems = np.array([row["gems"] for row in result.metrics])
     first, last = gems[:60].mean(), gems[-60:].mean()
     assert last > 1.25 * first, (first, last)
-    greedy = iqn_run.evaluate(result.config, result.params, epochs=20)["mean_gems"]
-    random_play = iqn_run.evaluate(result.config, result.params, epochs=20, epsilon=1.0)["mean_gems"]
+    greedy = iqn_run.evaluate(result.config, params(result), epochs=20)["mean_gems"]
+    random_play = iqn_run.evaluate(result.config, params(result), epochs=20, epsilon=1.0)["mean_gems"]
     assert greedy > random_play, (greedy, random_play)
 
 

@@ -86,7 +86,7 @@ PITFALLS = {
                 ("test_iqn.py: test_config_validation_names_the_field",
                  "test_iqn_modes.py: test_config_validation_names_the_field")),
     16: Pitfall("the comparison of the run modes left unwritten",
-                ("labcore.agents.iqn.run: run", "labcore.agents.iqn.runners: make_runner"),
+                ("labcore.agents.iqn.run: train", "labcore.agents.iqn.runners: make_runner"),
                 ("test_iqn_modes.py: test_jax_fused_equals_jax_parallel",
                  "test_iqn_modes.py: test_learning_gems_per_epoch_rise")),
     17: Pitfall("missing type hints", PORT_MODULES,

@@ -346,16 +346,24 @@ def same_but_time(a: dict, b: dict, timing=("time", "steps_per_second", "seconds
     return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
 
 
+IQN_TINY = ["--height", "6", "--width", "6", "--n-agents", "2", "--max-turns", "5", "--hidden-size", "8", "--n-quantiles",
+            "2", "--n-tau-act", "4", "--buffer-size", "32", "--batch-size", "4", "--n-frames", "2"]
+
+
 @pytest.mark.end_to_end
-@pytest.mark.parametrize("algorithm", ["ppo", "pqn", "gflownet"])
+@pytest.mark.parametrize("algorithm", ["ppo", "pqn", "gflownet", "iqn"])
 def test_killed_after_a_checkpoint_resumes_as_one_run(tmp_path, algorithm):
-    """PPO, PQN and the all-JAX GFlowNet on the shared driver (labcore.loop): SIGKILL after a
-    checkpoint, then --resume."""
+    """PPO, PQN, the all-JAX GFlowNet and IQN's fused mode on the shared driver (labcore.loop):
+    SIGKILL after a checkpoint, then --resume."""
     updates, log_every = 80, 2
     network = ["--hidden-size", "16"] if algorithm == "ppo" else ["--hidden-sizes", "16", "16", "--num-minibatches", "4"]
     steps_per_update = 4 * 32
 
     def command(run_dir, scale):
+        if algorithm == "iqn":  # an update: one epoch of 5 turns of 2 agents, then a train step each
+            return labcore("train", "iqn", "--mode", "jax_fused", *IQN_TINY, "--epochs", str(updates * scale),
+                           "--log-every", str(log_every), "--checkpoint-every", "10", "--no-eval", "--no-progress",
+                           "--run-dir", str(run_dir))
         if algorithm == "gflownet":  # an update: 8 trajectories and one gradient step
             return labcore("train", "gflownet", "--trainer", "jax", "--ndim", "2", "--height", "4", "--hidden-size", "16",
                            "--batch-size", "8", "--l1-samples", "200", "--iterations", str(updates * scale),
@@ -374,6 +382,8 @@ def test_killed_after_a_checkpoint_resumes_as_one_run(tmp_path, algorithm):
     summary = json.loads((run_path / "summary.json").read_text())
     if algorithm == "gflownet":
         assert summary["trajectories"] == 8 * last and rows[-1]["trajectories"] == 8 * last
+    elif algorithm == "iqn":
+        assert summary["timesteps"] == 5 * 2 * last and summary["epochs"] == last
     else:
         assert summary["timesteps"] == steps_per_update * last
 

@@ -150,7 +150,7 @@ def test_dqn_run_folder_mirrors_its_metrics_in_tensorboard(tmp_path):
     from labcore.agents.dqn import host_loop as dqn_loop
 
     config = dqn.DQNConfig(total_steps=600, buffer_size=500, batch_size=32, learning_starts=200, hidden_sizes=(16,))
-    result = dqn_loop.train(config, run_dir=tmp_path, log_every=100, progress=False)
+    result = dqn_loop.train(config, run_dir=tmp_path, log_every=10, progress=False)  # updates of 10 agent steps
     scalars = assert_mirrors_jsonl(tmp_path, "step", ("loss", "epsilon", "steps_per_second"))
     assert [step for step, _ in scalars["epsilon"]] == [100, 200, 300, 400, 500, 600]
     assert len(result.metrics) == 6
@@ -170,13 +170,13 @@ def test_iqn_run_folder_mirrors_its_metrics_in_tensorboard(tmp_path):
     from labcore.agents.iqn import run as iqn_run
     from labcore.agents.iqn.run_config import IQNRunConfig
 
-    # the pytorch mode: no compile. Training starts in epoch 3, so epochs 0-2 have no loss (None:
-    # in the JSONL, not in TensorBoard); gems_per_world is a list (JSONL only).
+    # the pytorch mode: no compile. Training starts in the fourth epoch, so updates 1-3 have no loss
+    # (None: in the JSONL, not in TensorBoard); gems_per_world is a list (JSONL only).
     config = IQNRunConfig(mode="pytorch", epochs=6, height=8, width=8, n_agents=3, vision_radius=1, max_turns=20, n_frames=2,
                           hidden_size=16, n_quantiles=4, n_tau_act=8, buffer_size=512, batch_size=64)
-    iqn_run.run(config, run_dir=tmp_path, log_every=2, progress=False)
-    scalars = assert_mirrors_jsonl(tmp_path, "epoch", ("gems", "loss", "epsilon"))
-    assert [step for step, _ in scalars["loss"]] == [3, 4, 5] and "gems_per_world" not in scalars
+    iqn_run.train(config, run_dir=tmp_path, log_every=1, progress=False, evaluate=False)
+    scalars = assert_mirrors_jsonl(tmp_path, "update", ("gems", "loss", "epsilon"))
+    assert [step for step, _ in scalars["loss"]] == [4, 5, 6] and "gems_per_world" not in scalars
 
 
 def test_gflownet_run_folder_mirrors_its_metrics_in_tensorboard(tmp_path):

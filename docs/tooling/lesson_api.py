@@ -77,7 +77,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("IQNRunConfig", "labcore.agents.iqn.run_config.IQNRunConfig", "class"),
         ("iqn.core.train_step", "labcore.agents.iqn.core.train_step", "func"),
         ("iqn.programs.fused_epoch", "labcore.agents.iqn.programs.fused_epoch", "func"),
-        ("iqn.run.run", "labcore.agents.iqn.run.run", "func"),
+        ("iqn.run.train", "labcore.agents.iqn.run.train", "func"),
         ("iqn.run.load_checkpoint", "labcore.agents.iqn.run.load_checkpoint", "func"),
         ("iqn.run.evaluate", "labcore.agents.iqn.run.evaluate", "func"),
         ("iqn.frame_buffer", "labcore.agents.iqn.frame_buffer", "mod"),

@@ -12,14 +12,15 @@ jitted update or whole jitted training run) beside the drivers that run it:
   checkpoints, resume);
 * ``iqn``: ``core`` and ``frame_buffer`` (the IQN port of the original iRainbow agent) and the
   multi-agent Treasurehunt experiment in four run modes (``run_config``, ``programs``,
-  ``runners``, ``run``, ``timing``, ``torch_reference``);
+  ``runners``, ``run``: the driver, the fused mode on ``labcore.loop``; ``timing``, ``torch_reference``);
 * ``gflownet``: ``core`` (HyperGrid losses, policy and sampler), ``trainers`` (four trainers)
   and ``run`` (the driver; the all-JAX trainer on ``labcore.loop``).
 
-**One contract.** ``labcore.agents.ppo``, ``pqn``, ``dqn`` and ``gflownet`` export the same names, so that
+**One contract.** ``labcore.agents.ppo``, ``pqn``, ``dqn``, ``gflownet`` and ``iqn`` export the same names, so that
 ``from labcore.agents import ppo; ppo.train(ppo.Config(...))`` reads the same for each:
 
-* ``Config``: the validated config dataclass (``PPOConfig``, ``PQNConfig``, ``DQNConfig``, ``GFlowNetConfig``);
+* ``Config``: the validated config dataclass (``PPOConfig``, ``PQNConfig``, ``DQNConfig``, ``GFlowNetConfig``,
+  ``IQNRunConfig``);
 * ``make_train(config) -> train(key)``: all of training as one pure function, to jit and vmap;
 * ``make_program(config)``: the same training as a ``labcore.loop.Program``;
 * ``train(config, run_dir=None, **options) -> labcore.loop.RunResult``: ``labcore.loop.train``
@@ -29,7 +30,8 @@ jitted update or whole jitted training run) beside the drivers that run it:
 
 (``dqn.train`` is the jitted DQN; its host loop over gymnasium, data-parallel and actor-learner
 drivers stay in their modules. ``gflownet.train`` runs any of its four trainers, the all-JAX one
-on the loop; ``evaluate`` there is the L1 of fresh samples, not episodes.) The names load on first use, so importing a package stays cheap.
+on the loop; ``evaluate`` there is the L1 of fresh samples, not episodes. ``iqn.train`` runs any of
+its four modes, the fused one on the loop; ``evaluate`` there plays epochs of the treasurehunt.) The names load on first use, so importing a package stays cheap.
 """
 
 from __future__ import annotations

@@ -141,20 +141,10 @@ def train(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, *, l
     return _train_on_host(config, run_dir, log_every, dict(options))
 
 
-HOST_OPTIONS = ("overwrite", "tensorboard", "evaluate", "progress")
-LOOP_OPTIONS = ("checkpoint_every", "resume", "seeds", "on_metrics")  # the all-JAX trainer's only
-
-
 def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dict[str, Any]) -> loop.RunResult:
     from labcore.agents.gflownet import trainers
 
-    asked = sorted(name for name, value in options.items() if name not in HOST_OPTIONS and value not in (None, False))
-    if asked:
-        raise ValueError(f"trainer: {', '.join(asked)} {'needs' if len(asked) == 1 else 'need'} the checkpointed all-JAX trainer (trainer='jax'); "
-                         f"the {config.trainer!r} trainer runs to its end in one call, without checkpoints")
-    unknown = sorted(set(options) - set(HOST_OPTIONS) - set(LOOP_OPTIONS))
-    if unknown:
-        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
+    loop.refuse_program_options(options, "trainer", config.trainer, "the checkpointed all-JAX trainer (trainer='jax')")
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     folder = runs.RunDir.open(run_dir, config, step_key="update", overwrite=options.get("overwrite", False),

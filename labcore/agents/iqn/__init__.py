@@ -10,7 +10,15 @@ The experiment (many agents in the Treasurehunt world, in four run modes):
 * ``run_config``: ``IQNRunConfig``, the run's settings composed with the world's and the agents';
 * ``programs``: the compiled JAX programs (the key schedule, one turn, the fused epoch);
 * ``runners``: the four run modes, pytorch, jax_sequential, jax_parallel and jax_fused;
-* ``run``: ``run`` (results folder), checkpoints, ``load_checkpoint``, ``evaluate``;
+* ``run``: ``train`` (any mode, in a results folder; the fused mode on ``labcore.loop``), the fused
+  mode's ``make_program`` and ``make_train``, checkpoints, ``load_checkpoint``, ``evaluate``;
 * ``timing``: the helpers that time the modes (``benchmarks/iqn_modes.py``);
 * ``torch_reference``: the PyTorch reference agent (``labcore.torch_ref.irainbow``) built from an ``IQNConfig``.
+
+The package itself exports the agent contract of ``labcore.agents`` (``Config`` is ``IQNRunConfig``; ``train``
+runs any mode): ``Config``, ``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
 """
+
+from labcore.agents import agent_exports
+
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="run_config:IQNRunConfig", make_train="run", driver="run")

@@ -1,29 +1,38 @@
-"""The multi-agent IQN treasurehunt experiment end to end: run it, save it, load it, evaluate it.
+"""The multi-agent IQN treasurehunt experiment end to end: train it, load it, evaluate it.
 
     config = IQNRunConfig(mode="jax_fused", epochs=200)
-    result = run(config, run_dir="runs/iqn")                 # per-epoch metrics, params, summary
+    result = train(config, run_dir="runs/iqn", checkpoint_every=50)   # labcore.loop.RunResult
     config, params = load_checkpoint("runs/iqn")             # the agents' parameters, checked
     report = evaluate(config, params, epochs=10)             # greedy play (epsilon 0)
 
-``run`` plays ``config.epochs`` epochs with the runner of ``config.mode``
-(``labcore.agents.iqn.runners``: pytorch, jax_sequential, jax_parallel or jax_fused; the same
-game and the same metrics in every mode).
+``train`` plays ``config.epochs`` epochs in ``config.mode`` (the same game and the same metrics
+in every mode, ``labcore.agents.iqn.runners``):
 
-Metrics: one row per epoch with the same columns in every mode (``METRIC_COLUMNS``): ``epoch``;
-``gems`` (gems collected in the epoch, summed over agents; the mean over worlds when num_worlds > 1)
-and ``gems_per_world`` (a list, one value per world); ``mean_reward`` (an agent's summed reward in
-the epoch, averaged over agents and worlds); ``loss`` (mean over the agents that trained this epoch;
-None before the buffers allow training); ``epsilon`` (the value used during the epoch, before its
-decay); ``epoch_seconds`` (wall time; for ``epochs_per_call`` > 1 the call's time divided evenly).
+* ``jax_fused``: ``labcore.loop.train`` runs ``make_program(config)``, whole epochs of every world
+  in compiled chunks, with checkpoints of the whole state (networks, optimisers, replay buffers,
+  epsilons, keys), an exact resume and seeds in one vmap;
+* ``pytorch``, ``jax_sequential``, ``jax_parallel``: the host-driven runners (a Python world, or a
+  jitted call per turn). They write the same folder (config, the same rows, TensorBoard, plot,
+  summary, a checkpoint of the agents' parameters at the end) but cannot resume:
+  ``checkpoint_every``, ``resume`` and ``seeds`` are refused for them, naming ``mode``.
+
+One update is one epoch (the turns, then one train step per agent that can train, then the epsilon
+decay); ``log_every`` and ``checkpoint_every`` count epochs. Rows (``METRIC_COLUMNS``): ``update``
+(epochs done: the row of the first epoch is update 1); ``gems`` (gems collected in the epoch,
+summed over agents; the mean over worlds when num_worlds > 1) and ``gems_per_world`` (a list, one
+value per world); ``mean_reward`` (an agent's summed reward in the epoch, averaged over agents and
+worlds); ``loss`` (mean over the agents that trained this epoch; None before the buffers allow
+training); ``epsilon`` (the value used during the epoch, before its decay); and, in the host
+modes only, ``epoch_seconds`` (wall time).
 
 A run directory is a ``labcore.runs.RunDir``: ``config.json`` (``IQNRunConfig.as_dict()``),
-``metrics.jsonl`` / ``metrics.csv`` (and the same rows as TensorBoard event files, by epoch),
-``metrics.png``, ``summary.json`` and ``checkpoints/``
-(orbax): the agents' local parameters at the end, as checkpoint step ``epochs``, in the Flax
-layout of ``labcore.nets.iqn.IQN`` with a leading agent axis ([n_agents, ...]; [num_worlds,
-n_agents, ...] when num_worlds > 1) and the config as metadata. Every mode's checkpoint has the
-same layout (the pytorch mode converts its networks with the bridge ``iqn_params_to_flax``), so
-any of them can be evaluated by the JAX code.
+``metrics.jsonl`` / ``metrics.csv`` (and TensorBoard event files, by update), ``metrics.png``,
+``summary.json`` and ``checkpoints/`` (orbax). ``load_checkpoint`` reads either kind of
+checkpoint and returns the agents' local parameters in the Flax layout of ``labcore.nets.iqn.IQN``
+with a leading agent axis ([n_agents, ...]; [num_worlds, n_agents, ...] when num_worlds > 1): the
+host modes save only those (the pytorch mode converts its networks with the bridge
+``iqn_params_to_flax``), the fused mode its whole state, so any run can be evaluated by the JAX
+code.
 """
 
 from __future__ import annotations
@@ -33,39 +42,36 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, validation
+from labcore import checkpoint, loop, validation
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
-from labcore.agents.iqn.programs import WorldRun, fused_epochs, own_buffers, world_keys
+from labcore.agents.iqn.programs import (WorldRun, compile_lowered, fused_epoch, fused_epochs, init_world_runs,
+                                         own_buffers, world_keys)
 from labcore.agents.iqn.run_config import IQNRunConfig
 from labcore.agents.iqn.runners import EpochNumbers, make_runner
 from labcore.runs import RunDir, checkpoint_dir, progress_bar
 
-METRIC_COLUMNS = ("epoch", "gems", "gems_per_world", "mean_reward", "loss", "epsilon", "epoch_seconds")
+# evaluate's default seed: the key schedule of play after training, apart from the training seeds
+EVAL_SEED = 10_000
+METRIC_COLUMNS = ("update", "gems", "gems_per_world", "mean_reward", "loss", "epsilon", "epoch_seconds")
 PLOTTED = ("gems", "mean_reward", "loss", "epsilon")
 
 
-class IQNRunResult(NamedTuple):
-    config: IQNRunConfig
-    metrics: list[dict[str, Any]]  # one row per epoch, METRIC_COLUMNS
-    params: Any  # the agents' local params, Flax layout, [n_agents, ...] ([num_worlds, n_agents, ...] if num_worlds > 1)
-    summary: dict[str, Any]
-
-
 def metric_rows(first_epoch: int, numbers: EpochNumbers) -> list[dict[str, Any]]:
-    """One row per epoch (METRIC_COLUMNS) from a runner's numbers."""
+    """One row per epoch (METRIC_COLUMNS) from a host runner's numbers; ``first_epoch`` is the
+    number of epochs played before them."""
     rows = []
     for j in range(len(numbers.seconds)):
         losses = numbers.losses[j]
         trained = losses[np.isfinite(losses)]
         rows.append({
-            "epoch": first_epoch + j,
+            "update": first_epoch + j + 1,
             "gems": float(np.mean(numbers.gems[j])),
             "gems_per_world": [int(g) for g in numbers.gems[j]],
             "mean_reward": float(np.mean(numbers.rewards[j])),
@@ -77,71 +83,158 @@ def metric_rows(first_epoch: int, numbers: EpochNumbers) -> list[dict[str, Any]]
 
 
 # ----------------------------------------------------------------------------------------------
-# run: the experiment end to end, with an optional results folder
+# The fused mode on the shared driver
 
 
-def run(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, log_every: int = 10, progress: bool = True,
-        overwrite: bool = False, tensorboard: bool = True) -> IQNRunResult:
-    """Run ``config.epochs`` epochs in ``config.mode``; with ``run_dir``, write the results folder
-    of the module docstring. Every epoch is a row of ``result.metrics``; ``log_every`` is the number
-    of epochs between writes to the metrics files and progress-bar updates. A run_dir holding an
-    earlier run is refused unless ``overwrite`` (which deletes that run's files, and only those).
-    tensorboard: also write the metrics as TensorBoard event files in run_dir, at their epoch.
-    """
+def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loop.Program:
+    """The ``jax_fused`` mode as a ``labcore.loop.Program``: one update is one epoch of every world
+    (``programs.fused_epoch``). The state is the ``WorldRun`` of every world (leaves
+    [num_worlds, ...]). ``init(key)`` gives world w the key ``fold_in(key, w)``: with
+    ``key(config.seed)``, the worlds of ``world_keys(config.seed, num_worlds)``, so the program
+    plays the game of ``runners.JaxFusedRunner``. Rows: ``METRIC_COLUMNS`` less ``epoch_seconds``
+    (a compiled chunk is timed as a whole: the summary's ``run_s``). Compiled with
+    ``programs.CPU_COMPILER_OPTIONS`` on the CPU."""
+    if config.mode != "jax_fused":
+        raise ValueError(f"mode: make_program builds the fused mode (mode='jax_fused'), got {config.mode!r}; "
+                         "labcore.agents.iqn.train runs the other modes")
+    if config.epochs_per_call != 1:
+        raise ValueError("epochs_per_call: the fused runner's setting (runners.JaxFusedRunner, which the mode "
+                         "timings use); a run on labcore.loop compiles chunks of checkpoint_every epochs, so leave it at 1")
+    agent_config, world_params, num_worlds = config.agent, config.world, config.num_worlds
+
+    def init(key: jax.Array) -> WorldRun:
+        keys = jax.vmap(lambda w: jax.random.fold_in(key, w))(jnp.arange(num_worlds, dtype=jnp.uint32))
+        return own_buffers(init_world_runs(keys, agent_config, world_params.n_agents))
+
+    def update(runs: WorldRun) -> tuple[WorldRun, loop.Metrics]:
+        runs, stats = fused_epoch(runs, agent_config, world_params)
+        return runs, {"gems": jnp.mean(stats.gems.astype(jnp.float32)), "gems_per_world": stats.gems,
+                      "mean_reward": jnp.mean(stats.rewards), "loss": jnp.nanmean(stats.losses),
+                      "epsilon": stats.epsilon[0, 0]}
+
+    agent_steps = world_params.max_turns * world_params.n_agents * num_worlds  # per epoch
+
+    def run(runs: WorldRun, n: int) -> tuple[WorldRun, loop.Metrics]:
+        return loop.scan_updates(update, runs, n, updates_done=lambda runs: runs.epoch[0], callback=callback,
+                                 log_every=log_every, rows_per_burst=loop.burst_rows(agent_steps, log_every))
+
+    def evaluate_state(runs: WorldRun, seed: int) -> dict[str, Any]:
+        report = evaluate(config, agent_params(config, runs), seed=EVAL_SEED + seed)
+        return {"eval_epochs": len(report["gems"]), "eval_mean_gems": report["mean_gems"],
+                "eval_mean_reward": report["mean_reward"]}
+
+    return loop.Program(
+        config=config,
+        init=init,
+        run=run,
+        updates_done=lambda runs: int(runs.epoch[0]),
+        num_updates=config.epochs,
+        steps_per_update=agent_steps,
+        name=_title(config),
+        plotted=PLOTTED,
+        shown={"gems": "gems", "eps": "epsilon"},
+        evaluate=evaluate_state,
+        summarize=lambda rows: _summarize(config, rows),
+        x_key="update",
+        compile=compile_lowered,
+    )
+
+
+def make_train(config: IQNRunConfig):
+    """A pure ``train(key) -> (WorldRun, metrics)``: the fused mode's whole run as one traced
+    function (``make_program``'s epochs in one ``lax.scan``; metrics leaves [epochs, ...])."""
+    program = make_program(config)
+    return lambda key: program.run(program.init(key), config.epochs)
+
+
+def agent_params(config: IQNRunConfig, state: Any) -> Any:
+    """The agents' local parameters in the checkpoint layout (``check_params``) of a ``train``
+    result's state: a fused run's ``WorldRun``, or a host mode's parameters as they are."""
+    if not isinstance(state, WorldRun):
+        return state
+    params = state.agents.params
+    return jax.tree_util.tree_map(lambda leaf: leaf[0], params) if config.num_worlds == 1 else params
+
+
+# ----------------------------------------------------------------------------------------------
+# train: any mode, with an optional results folder
+
+_train_fused = loop.trainer(make_program, "the fused IQN")
+
+
+def train(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, *, log_every: int = 10,
+          **options: Any) -> loop.RunResult:
+    """Train in ``config.mode`` (see the module docstring), in ``run_dir`` if given, a metrics row
+    every ``log_every`` epochs. ``jax_fused`` takes every option of ``labcore.loop.train`` (every
+    count in epochs); the host modes take ``overwrite``, ``tensorboard``, ``evaluate`` and
+    ``progress``. The result's ``state`` is the final ``WorldRun`` (jax_fused) or the agents'
+    parameters (host modes): ``agent_params`` gives the parameters of either."""
     if not validation.is_int(log_every) or log_every < 1:
         raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
-    folder = RunDir.open(run_dir, config, step_key="epoch", overwrite=overwrite, tensorboard=tensorboard)
+    if config.mode == "jax_fused":
+        return _train_fused(config, run_dir, log_every=log_every, **options)
+    loop.refuse_program_options(options, "mode", config.mode, "the checkpointed fused mode (mode='jax_fused')")
+    return _train_on_host(config, run_dir, log_every, options)
+
+
+def _train_on_host(config: IQNRunConfig, run_dir, log_every: int, options: Mapping[str, Any]) -> loop.RunResult:
+    """A host mode's runner, a row every ``log_every`` epochs (as the fused mode on the loop)."""
+    folder = RunDir.open(run_dir, config, step_key="update", overwrite=options.get("overwrite", False),
+                         tensorboard=options.get("tensorboard", True))
     runner = make_runner(config)  # builds (and for the JAX modes compiles)
-    bar = progress_bar(config.epochs, desc=f"iqn {config.mode}", unit="epoch", enabled=progress)
-    rows: list[dict[str, Any]] = []
-    written = 0
+    bar = progress_bar(config.epochs, desc=f"iqn {config.mode}", unit="epoch", enabled=options.get("progress", True))
+    seconds = []
     started = time.perf_counter()
-    while len(rows) < config.epochs:
-        k = min(runner.epochs_per_call, config.epochs - len(rows))
-        rows.extend(metric_rows(len(rows), runner.run_epochs(k)))
-        if len(rows) - written >= log_every or len(rows) == config.epochs:
-            for row in rows[written:]:
-                folder.log(row)
-            written = len(rows)
-            bar.update(written - bar.n)
-            bar.set_postfix(gems=f"{rows[-1]['gems']:.1f}", eps=f"{rows[-1]['epsilon']:.3f}", refresh=False)
+    for epoch in range(config.epochs):
+        (row,) = metric_rows(epoch, runner.run_epochs(1))
+        seconds.append(row["epoch_seconds"])
+        bar.update(1)
+        if row["update"] % log_every == 0:
+            folder.log(row)
+            bar.set_postfix(gems=f"{row['gems']:.1f}", eps=f"{row['epsilon']:.3f}", refresh=False)
     run_s = time.perf_counter() - started
+    rows = folder.rows
     bar.close()
     params = runner.params()
-    summary = {**summarize(config, rows, runner.compile_s, run_s),
-               "run_dir": None if folder.path is None else str(folder.path)}
+    agent_steps = config.epochs * config.world.max_turns * config.world.n_agents
+    summary = {"updates": config.epochs, "timesteps": agent_steps, "compile_s": round(runner.compile_s, 2),
+               "run_s": round(run_s, 2), "steps_per_second": round(agent_steps / run_s, 1) if run_s > 0 else None,
+               **_summarize(config, rows), "median_epoch_seconds": float(np.median(seconds))}
+    if options.get("evaluate", True):
+        report = evaluate(config, params, seed=EVAL_SEED + config.seed)
+        summary.update(eval_epochs=len(report["gems"]), eval_mean_gems=report["mean_gems"],
+                       eval_mean_reward=report["mean_reward"])
     if folder.path is not None:
         save_checkpoint(folder.checkpoints, config, params)
-        folder.finish(summary, plot_run(rows, config))
-    return IQNRunResult(config, rows, params, summary)
+    folder.finish(summary, lambda rows: plot_run(rows, config))
+    return loop.RunResult(config, params, folder.rows, summary, None if folder.path is None else str(folder.path))
 
 
-def summarize(config: IQNRunConfig, rows: list[dict[str, Any]], compile_s: float, run_s: float) -> dict[str, Any]:
-    """The numbers of a finished run: timing, and gems per epoch over its first and last tenth."""
+def _summarize(config: IQNRunConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The experiment's numbers of a finished run: gems per epoch over the first and last tenth of its rows."""
     tenth = max(1, len(rows) // 10)
-    seconds = [row["epoch_seconds"] for row in rows]
+    gems = [row["gems"] for row in rows]
     return {
         "mode": config.mode,
-        "epochs": len(rows),
+        "epochs": config.epochs,
         "num_worlds": config.num_worlds,
         "n_agents": config.world.n_agents,
-        "compile_s": round(compile_s, 3),
-        "run_s": round(run_s, 3),
-        "epochs_per_second": round(len(rows) / run_s, 3) if run_s > 0 else None,
-        "median_epoch_seconds": float(np.median(seconds)),
-        "first_gems": float(np.mean([row["gems"] for row in rows[:tenth]])),
-        "last_gems": float(np.mean([row["gems"] for row in rows[-tenth:]])),
-        "final_epsilon": rows[-1]["epsilon"],
+        "first_gems": float(np.mean(gems[:tenth])) if gems else None,
+        "last_gems": float(np.mean(gems[-tenth:])) if gems else None,
+        "final_epsilon": rows[-1]["epsilon"] if rows else None,
     }
+
+
+def _title(config: IQNRunConfig) -> str:
+    worlds = f", {config.num_worlds} worlds" if config.num_worlds > 1 else ""
+    return f"IQN treasurehunt ({config.mode}, {config.world.n_agents} agents{worlds})"
 
 
 def plot_run(rows: list[dict[str, Any]], config: IQNRunConfig):
     """The run's metrics.png: gems, mean reward, loss and epsilon per epoch (a matplotlib figure)."""
     from labcore.logging import plot_metrics
 
-    worlds = f", {config.num_worlds} worlds" if config.num_worlds > 1 else ""
-    return plot_metrics(rows, PLOTTED, x_key="epoch",
-                        title=f"IQN treasurehunt ({config.mode}, {config.world.n_agents} agents{worlds})")
+    return plot_metrics(rows, PLOTTED, x_key="update", title=_title(config))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,9 +273,22 @@ def save_checkpoint(directory: str | os.PathLike, config: IQNRunConfig, params: 
                            {"config": config.as_dict(), "epochs": config.epochs})
 
 
-def load_checkpoint(path: str | os.PathLike, config: IQNRunConfig | None = None, step: int | None = None,
-                    overrides: Mapping[str, Any] | None = None) -> tuple[IQNRunConfig, Any]:
-    """(config, params) from a run directory or its checkpoints/ folder (default: the newest step).
+def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[IQNRunConfig, Any]:
+    """(config, state) of a run from its folder or checkpoints/ folder (default: the newest step),
+    the agent contract's loader: a fused run's whole state (a ``WorldRun``; leaves [seeds, ...] for
+    a run of several seeds), or a host mode's parameters (all it saves). ``load_params`` gives the
+    parameters of either, checked against a config."""
+    metadata = checkpoint.restore_metadata(checkpoint_dir(path), step)
+    if "update_step" in metadata:
+        return loop.load_checkpoint(path, IQNRunConfig, make_program, step)
+    return load_params(path, step=step)
+
+
+def load_params(path: str | os.PathLike, config: IQNRunConfig | None = None, step: int | None = None,
+                overrides: Mapping[str, Any] | None = None) -> tuple[IQNRunConfig, Any]:
+    """(config, params) from a run directory or its checkpoints/ folder (default: the newest step):
+    a host mode's checkpoint (the parameters) or a fused run's (its whole state, of which the
+    parameters are returned).
 
     The arrays are restored in the shapes they were saved with (the checkpoint's own config), then
     checked against the config asked for: ``config``, or the saved config with ``overrides``
@@ -197,8 +303,15 @@ def load_checkpoint(path: str | os.PathLike, config: IQNRunConfig | None = None,
         raise FileNotFoundError(f"no checkpoint in {path}")
     metadata = checkpoint.restore_metadata(directory, step)
     saved = IQNRunConfig.from_dict(metadata["config"])
-    state, _ = checkpoint.restore(directory, like={"params": params_shape(saved)}, step=step)
-    params = state["params"]
+    if "update_step" not in metadata:  # a host mode's: the parameters only
+        params = checkpoint.restore(directory, like={"params": params_shape(saved)}, step=step)[0]["params"]
+    elif metadata.get("seeds"):
+        raise ValueError(f"seeds: {path} holds a run of {metadata['seeds']} seeds; load_checkpoint reads their state "
+                         "(leaves [seeds, ...])")
+    else:  # the fused mode's whole state (labcore.loop): restored into a fresh one, real keys included
+        program = make_program(saved)
+        runs, _ = checkpoint.restore(directory, like=program.init(jax.random.key(saved.seed)), step=step)
+        params = agent_params(saved, runs)
     check_params(params, saved)
     target = config or (dataclasses.replace(saved, **overrides) if overrides else saved)
     check_params(params, target)
@@ -209,7 +322,7 @@ def load_checkpoint(path: str | os.PathLike, config: IQNRunConfig | None = None,
 # Evaluation: play with given parameters, no learning
 
 
-def evaluate(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = 10_000,
+def evaluate(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = EVAL_SEED,
              epsilon: float = 0.0) -> dict[str, Any]:
     """Play ``epochs`` epochs with the given stacked params (``check_params`` layout), no learning.
 

@@ -57,7 +57,7 @@ class IQNRunConfig:
     epochs: int = 1000
     seed: int = 0
     num_worlds: int = 1  # independent worlds, each with its own agents (jax_fused only)
-    epochs_per_call: int = 1  # epochs per compiled call (jax_fused only)
+    epochs_per_call: int = 1  # epochs per compiled call of runners.JaxFusedRunner (the mode timings); train: 1
     world: th.TreasurehuntParams = th.TreasurehuntParams()
     agent: IQNConfig = IQNConfig()  # obs_size and n_actions: the world's
 

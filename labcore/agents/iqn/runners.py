@@ -1,7 +1,7 @@
 """The four run modes of the multi-agent IQN experiment, from the original's structure to one compiled program.
 
 Each runner plays epochs of ``IQNRunConfig`` in its mode and reports host numbers
-(``EpochNumbers``); ``labcore.agents.iqn.run.run`` drives one and turns the numbers into metric
+(``EpochNumbers``); ``labcore.agents.iqn.run.train`` drives a host runner and turns its numbers into metric
 rows. The experiment is that of sorrel's ``treasurehunt`` example: ``n_agents`` independent
 iRainbow learners in one world, and for every epoch
 
