@@ -159,8 +159,8 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
         def one_replica(carry):
             carry, metrics = parts.iterate(carry, 1, learn)
             metrics = jax.tree_util.tree_map(lambda x: x[0], metrics)
-            summed = {k: jax.lax.psum(metrics[k], axes) for k in ("episodes", "episode_return_sum")}
-            return carry, {**metrics, **summed, "loss": jax.lax.pmean(metrics["loss"], axes)}
+            return carry, {**metrics, "episodes": jax.lax.psum(metrics["episodes"], axes),
+                           "loss": jax.lax.pmean(metrics["loss"], axes)}
 
         return each_replica(one_replica)
 
