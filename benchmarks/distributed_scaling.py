@@ -52,8 +52,9 @@ def actor_learner(actors: int, steps: int) -> dict:
     config = dqn.DQNConfig(env_id="CartPole-v1", total_steps=steps, learning_starts=1000, buffer_size=10_000,
                            exploration_fraction=0.3)
     result = dqn_actor_learner.run(config, num_actors=actors, broadcast_every=10, log_every=500)
-    return {"updates/s": result.learner_updates_per_second, "env steps/s": result.actor_steps_per_second,
-            "final return": float(result.eval_returns.mean()), "staleness (updates)": result.mean_staleness}
+    summary = result.summary
+    return {"updates/s": summary["learner_updates_per_second"], "env steps/s": summary["actor_steps_per_second"],
+            "final return": summary["eval_return_mean"], "staleness (updates)": summary["mean_staleness"]}
 
 
 def main(argv: list[str] | None = None) -> None:

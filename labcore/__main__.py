@@ -327,12 +327,8 @@ def _train_dqn_actor_learner(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts, cpus_per_actor=args.cpus_per_actor, run_dir=args.run_dir,
         checkpoint_every=args.checkpoint_every, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard,
         stall_timeout_s=args.stall_timeout, timeout_s=args.timeout)
-    print(json.dumps({"updates": result.updates, "transitions": result.transitions,
-                      "actor_steps_per_second": round(result.actor_steps_per_second),
-                      "learner_updates_per_second": round(result.learner_updates_per_second, 1),
-                      "mean_staleness": round(result.mean_staleness, 1), "transitions_lost": result.transitions_lost,
-                      "actor_restarts": result.actor_restarts, "transitions_by_node": result.transitions_by_node,
-                      "eval_return_mean": float(result.eval_returns.mean()), "wall_time_s": round(result.wall_time, 1)}))
+    # summary.json without its two lists (every actor, every evaluation episode): one line to read
+    print(json.dumps({name: value for name, value in result.summary.items() if name not in ("actors", "eval_returns")}))
     return 0
 
 

@@ -36,17 +36,18 @@ def test_bad_environment_fails_before_training(config, message, tmp_path):
 def test_same_seed_same_result_and_exact_resume(tmp_path):
     straight = dqn_loop.train(SMALL, run_dir=tmp_path / "straight", progress=False)
     again = dqn_loop.train(SMALL, progress=False)
-    for a, b in zip(leaves(straight.train_state), leaves(again.train_state)):
+    for a, b in zip(leaves(straight.state), leaves(again.state)):
         np.testing.assert_array_equal(a, b)
     # Interrupted mid-chunk (1503 is not a multiple of train_frequency), then resumed.
     first = dqn_loop.train(SMALL, run_dir=tmp_path / "resumed", stop_at=1_503, progress=False)
-    assert first.steps == 1_503
+    assert first.summary["steps"] == 1_503
     resumed = dqn_loop.train(SMALL, run_dir=tmp_path / "resumed", resume=True, progress=False)
-    assert resumed.steps == SMALL.total_steps
-    assert int(resumed.train_state.update_count) == int(straight.train_state.update_count) > 200
-    for a, b in zip(leaves(straight.train_state), leaves(resumed.train_state)):
+    assert resumed.summary["steps"] == SMALL.total_steps
+    assert int(resumed.state.update_count) == int(straight.state.update_count) > 200
+    for a, b in zip(leaves(straight.state), leaves(resumed.state)):
         np.testing.assert_array_equal(a, b)
-    assert resumed.episode_returns == straight.episode_returns
+    assert resumed.summary["episodes"] == straight.summary["episodes"]
+    assert resumed.summary["final_episode_return"] == straight.summary["final_episode_return"]
     # one folder, one run: the row the interrupted run logged at 1,503 (its checkpoint), then the rest
     from labcore.logging import read_metrics
 
@@ -56,7 +57,7 @@ def test_same_seed_same_result_and_exact_resume(tmp_path):
     assert resumed_rows[:1] + resumed_rows[2:] == untimed(read_metrics(tmp_path / "straight"))
     # A different seed gives different parameters (the comparison above can fail).
     other = dqn_loop.train(dataclasses.replace(SMALL, seed=1), progress=False)
-    assert any(not np.array_equal(a, b) for a, b in zip(leaves(straight.train_state), leaves(other.train_state)))
+    assert any(not np.array_equal(a, b) for a, b in zip(leaves(straight.state), leaves(other.state)))
 
 
 def test_resume_refuses_a_different_config(tmp_path):
@@ -78,11 +79,11 @@ def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
 @pytest.mark.end_to_end
 def test_cartpole_learns_and_checkpoint_evaluates(tmp_path):
     config = dqn.DQNConfig(total_steps=20_000, learning_starts=2_000, exploration_fraction=0.3, seed=0)
-    random_policy = np.mean(dqn_loop.evaluate(config, dqn_loop.train(dataclasses.replace(config, total_steps=10), progress=False).train_state.params, epsilon=1.0))
+    random_policy = np.mean(dqn_loop.evaluate(config, dqn_loop.train(dataclasses.replace(config, total_steps=10), progress=False).state.params, epsilon=1.0))
     result = dqn_loop.train(config, run_dir=tmp_path, progress=False)
     loaded_config, state = dqn_loop.load_checkpoint(tmp_path)
     assert loaded_config == config
-    for a, b in zip(leaves(result.train_state), leaves(state)):
+    for a, b in zip(leaves(result.state), leaves(state)):
         np.testing.assert_array_equal(a, b)
     greedy = np.mean(dqn_loop.evaluate(loaded_config, state.params, episodes=10))
     assert greedy > 3 * random_policy, (greedy, random_policy)
@@ -92,7 +93,7 @@ def test_cartpole_learns_and_checkpoint_evaluates(tmp_path):
 def test_breakout_pipeline_learns_checkpoints_and_evaluates(tmp_path):
     config = dqn.DQNConfig.atari_short(total_steps=600, learning_starts=200, buffer_size=1_000, target_update_frequency=100)
     result = dqn_loop.train(config, run_dir=tmp_path, progress=False)
-    assert int(result.train_state.update_count) == (600 - 200) // 4
+    assert int(result.state.update_count) == (600 - 200) // 4
     assert np.isfinite(result.metrics[-1]["loss"])
     loaded_config, state = dqn_loop.load_checkpoint(tmp_path)
     scores = dqn_loop.evaluate(loaded_config, state.params, episodes=1, max_episode_steps=500)

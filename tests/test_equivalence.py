@@ -69,7 +69,7 @@ def test_a_seed_inside_a_vmap_over_seeds_ends_where_it_ends_alone(algorithm, tmp
     equivalence table in docs/guide/runs.md), every integer leaf and the evaluation exactly."""
     agent = importlib.import_module(f"labcore.agents.{algorithm}")
     config = small_config(algorithm)
-    together = agent.train(config, tmp_path / "together", seeds=2, log_every=2, checkpoint_every=3, progress=False)
+    together = agent.train(config, tmp_path / "together", seeds=2, log_every=2, progress=False)  # one chunk (chunks: (b))
     alone = agent.train(dataclasses.replace(config, seed=config.seed + 1), log_every=2, progress=False)
     seed_1 = loop.seed_slice(together.state, 1)
     for x, y in zip(jax.tree_util.tree_leaves(seed_1), jax.tree_util.tree_leaves(alone.state)):

@@ -127,9 +127,11 @@ def test_learning_improves_on_a_two_node_cluster(two_node_run):
     assert max(row["episode_return"] for row in result.metrics[-3:]) > 60, result.metrics
     assert result.metrics[0]["episode_return"] < 40
     assert [row["updates"] for row in result.metrics][:3] == [250, 500, 750]
-    assert np.isfinite(result.eval_returns).all() and len(result.eval_returns) == 20
-    assert result.actor_steps_per_second > 0 and result.learner_updates_per_second > 0
-    assert result.mean_staleness > 0  # actors always act with parameters some updates old
+    summary = result.summary
+    assert np.isfinite(summary["eval_returns"]).all() and len(summary["eval_returns"]) == 20
+    assert summary["eval_return_mean"] == pytest.approx(np.mean(summary["eval_returns"]))
+    assert summary["actor_steps_per_second"] > 0 and summary["learner_updates_per_second"] > 0
+    assert summary["mean_staleness"] > 0  # actors always act with parameters some updates old
     assert seconds < 240
 
 
@@ -139,16 +141,16 @@ def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(t
     result, _, _, run_dir = two_node_run
     node_ids = {node["node_id"] for node in ray_cluster.nodes() if node["alive"]}
     assert len(node_ids) == 2
-    assert set(result.transitions_by_node) == node_ids  # spread: one actor per node
+    by_node = result.summary["transitions_by_node"]
+    assert set(by_node) == node_ids  # spread: one actor per node
     # At least one whole rollout each (the killed actor may come back on either node).
-    assert all(count >= 4 * 32 for count in result.transitions_by_node.values())
+    assert all(count >= 4 * 32 for count in by_node.values())
     last = result.metrics[-1]
-    assert sum(result.transitions_by_node.values()) >= last["step"]  # rollouts keep arriving after the last row
+    assert sum(by_node.values()) >= last["step"]  # rollouts keep arriving after the last row
     assert {f"transitions_node_{node[:12]}" for node in node_ids} <= set(last)
     assert sum(last[f"transitions_node_{node[:12]}"] for node in node_ids) == last["step"]
-    assert {actor["node_id"] for actor in result.actors} == node_ids
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["transitions_by_node"] == result.transitions_by_node
+    assert {actor["node_id"] for actor in result.summary["actors"]} == node_ids
+    assert json.loads((run_dir / "summary.json").read_text()) == result.summary  # the result's summary is the file's
     assert ray.is_initialized()  # a run that joined a cluster leaves the connection to its caller
 
 
@@ -156,7 +158,7 @@ def test_the_actors_run_jax_on_the_platform_they_were_given(two_node_run, cluste
     import ray
 
     result, _, _, _ = two_node_run
-    assert all(actor["transitions"] > 0 for actor in result.actors)  # they acted (a TPU platform would have failed)
+    assert all(actor["transitions"] > 0 for actor in result.summary["actors"])  # they acted (a TPU platform would have failed)
 
     @ray.remote(num_cpus=0)
     def inherited() -> str | None:
@@ -178,15 +180,15 @@ def test_nothing_labcore_starts_listens_beyond_loopback(two_node_run):
 
 def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
     result, seen, _, run_dir = two_node_run
-    assert result.actor_restarts == 1 and result.actors[0]["restarts"] == 1, result.actors
+    summary, actors = result.summary, result.summary["actors"]
+    assert summary["actor_restarts"] == 1 and actors[0]["restarts"] == 1, actors
     assert "back_after" in seen, seen  # it delivered again (12.5 s after the kill when measured)
-    assert result.actors[0]["pid"] != seen["killed"]  # a new process, which delivered rollouts afterwards
-    assert result.actors[1]["restarts"] == 0
-    assert result.transitions_lost > 0 and result.transitions_lost % (4 * 32) == 0  # whole rollouts
+    assert actors[0]["pid"] != seen["killed"]  # a new process, which delivered rollouts afterwards
+    assert actors[1]["restarts"] == 0
+    assert summary["transitions_lost"] > 0 and summary["transitions_lost"] % (4 * 32) == 0  # whole rollouts
     assert result.metrics[-1]["updates"] == (40_000 - 1000) // 4
-    assert result.metrics[-1]["transitions_lost"] == result.transitions_lost
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["actor_restarts"] == 1 and summary["transitions_lost"] == result.transitions_lost
+    assert result.metrics[-1]["transitions_lost"] == summary["transitions_lost"]
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
 
 
 def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
@@ -283,4 +285,5 @@ def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluste
     assert result.metrics[0]["updates"] == saved + 250
     assert result.metrics[0]["step"] > 1000 + saved * 10  # the transitions counted before the kill carried over
     assert checkpoint.latest_step(run_dir / "checkpoints") == 1100
-    assert result.updates == 1100 and result.transitions >= 12_000
+    assert result.summary["updates"] == 1100 and result.summary["transitions"] >= 12_000
+    assert result.state.update_count == 1100  # the learner's state, returned

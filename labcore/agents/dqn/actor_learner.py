@@ -15,7 +15,7 @@
   ``train_frequency`` transitions received, and at once asks that actor for its next rollout. Two
   rollouts are queued per actor, so an actor never waits for the learner; the price is
   **staleness**: data acted with parameters ``staleness`` updates older than the learner's. The
-  result reports it with the actors' steps per second and the learner's updates per second.
+  result's summary reports it with the actors' steps per second and the learner's updates per second.
 
 Faults. An actor whose process dies is restarted by Ray (``max_restarts`` times per actor): the
 rollout it was running is lost and counted (``transitions_lost``, ``rollout_steps x
@@ -36,7 +36,9 @@ Why this driver keeps a loop of its own instead of ``labcore.loop.train``: the l
 driven by rollouts arriving from other processes, in an order the operating system decides, so
 there is no pure ``run(state, n)`` to compile. It uses the shared driver's pieces:
 ``labcore.runs.RunDir`` (run folder, metrics, resume from the newest intact checkpoint) and
-``labcore.checkpoint``.
+``labcore.checkpoint``, and returns its result type, ``labcore.loop.RunResult``: ``state`` is the
+learner's final ``TrainState``, and ``summary`` (summary.json) holds what an asynchronous run adds:
+actor and learner rates, staleness, restarts, lost transitions, transitions per node, the actors.
 """
 
 from __future__ import annotations
@@ -49,26 +51,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from labcore import ray_cluster, runs
+from labcore import loop, ray_cluster, runs
 from labcore.agents.dqn import core as dqn
 
 ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works
-
-
-class ActorLearnerResult(NamedTuple):
-    params: Any
-    metrics: list[dict[str, Any]]  # one row per ``log_every`` updates
-    actor_steps_per_second: float  # all actors together, from the first rollout received
-    learner_updates_per_second: float
-    mean_staleness: float  # learner updates between acting and learning, averaged over rollouts
-    eval_returns: np.ndarray
-    wall_time: float
-    transitions_by_node: dict[str, int]  # Ray node id -> transitions its actors delivered
-    transitions_lost: int  # in rollouts that died with their actor
-    actor_restarts: int  # actor processes Ray started again after one died
-    actors: list[dict[str, Any]]  # per actor: rank, node_id, pid (the newest), restarts, transitions
-    updates: int  # learner updates made, in all (a resumed run's earlier ones included)
-    transitions: int  # transitions received, in all
 
 
 class RolloutActor:
@@ -167,7 +153,7 @@ def run(
     on_log: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     stall_timeout_s: float = 120.0,
     timeout_s: float | None = None,
-) -> ActorLearnerResult:
+) -> loop.RunResult:
     """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring.
 
     address: None joins the Ray this process runs, or starts one here on 127.0.0.1 (stopped at the
@@ -222,7 +208,7 @@ class _Counters(NamedTuple):
 
 
 def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
-           cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s) -> ActorLearnerResult:
+           cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s) -> loop.RunResult:
     import jax
     import ray
     from ray.exceptions import ActorDiedError, RayActorError
@@ -368,26 +354,24 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
         save()
     evaluate = jax.jit(agent.evaluate)
     eval_returns = np.asarray(evaluate(state.params, jax.random.key(config.seed + 1)))
-    restarts = sum(a["restarts"] for a in actors)
-    summary = {"updates": updates, "transitions": received, "transitions_lost": lost, "actor_restarts": restarts,
-               "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,
-               "eval_return_mean": float(eval_returns.mean()), "transitions_by_node": dict(by_node)}
+    summary = {
+        "updates": updates,  # in all, a resumed run's earlier ones included
+        "transitions": received,  # received, in all
+        "transitions_lost": lost,  # in rollouts that died with their actor
+        "actor_restarts": sum(a["restarts"] for a in actors),  # actor processes Ray started again
+        "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,  # updates between acting and learning
+        # Rates of this call, from the first rollout received (start-up and compiles excluded).
+        "actor_steps_per_second": round((received - before.received) / acting_seconds, 1),  # all actors together
+        "learner_updates_per_second": round((updates - before.updates) / acting_seconds, 1),
+        "wall_time_s": round(wall, 1),
+        "eval_returns": [float(score) for score in eval_returns],  # greedy episodes of the final parameters
+        "eval_return_mean": float(eval_returns.mean()),
+        "transitions_by_node": dict(by_node),  # Ray node id -> transitions its actors delivered
+        "actors": [dict(actor) for actor in actors],  # rank, node_id, pid (the newest), restarts, transitions
+    }
     run.finish(summary)
-    return ActorLearnerResult(
-        params=jax.device_get(state.params),
-        metrics=list(run.rows),
-        actor_steps_per_second=(received - before.received) / acting_seconds,
-        learner_updates_per_second=(updates - before.updates) / acting_seconds,
-        mean_staleness=summary["mean_staleness"],
-        eval_returns=eval_returns,
-        wall_time=wall,
-        transitions_by_node=dict(by_node),
-        transitions_lost=lost,
-        actor_restarts=restarts,
-        actors=actors,
-        updates=updates,
-        transitions=received,
-    )
+    return loop.RunResult(config, jax.device_get(state), list(run.rows), summary,
+                          None if run.path is None else str(run.path))
 
 
 def _save(directory, updates: int, state, buffer, key, config, counters: _Counters) -> None:

@@ -16,7 +16,7 @@ a chunk, this is the same algorithm as storing every step at once. PRNG keys are
 ``fold_in(key, step)``, so a run is a pure function of its seed, however it is chunked.
 
     result = train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), run_dir="runs/cartpole")
-    returns = evaluate(result.config, result.train_state.params, episodes=20)
+    returns = evaluate(result.config, result.state.params, episodes=20)
 
 A run directory (``labcore.runs.RunDir``) holds ``config.json``, ``metrics.jsonl`` / ``metrics.csv``
 (rows keyed by "step", agent steps; TensorBoard event files of the same rows), ``checkpoints/``
@@ -29,7 +29,8 @@ Why this driver keeps a loop of its own instead of ``labcore.loop.train``: that 
 ``run(state, n)`` compiled whole, and a gymnasium env (Atari through ale-py) is a Python object
 stepped on the host, which no compiled program can hold. It uses the same pieces as the shared
 driver: ``labcore.runs.RunDir`` (run folder, metrics, resume from the newest intact checkpoint),
-``labcore.checkpoint``.
+``labcore.checkpoint``, and returns its result type, ``labcore.loop.RunResult`` (``state`` is the
+final ``TrainState``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import time
 import warnings
 from collections import deque
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import haiku as hk
@@ -49,25 +50,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, envs, replay, runs
+from labcore import checkpoint, envs, loop, replay, runs
 from labcore.agents.dqn import frame_replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN, make_dqn
 from labcore.nets.q_networks import make_q_network
 
 PLOTTED = ("episode_return", "loss", "epsilon")
-
-
-class TrainResult(NamedTuple):
-    """What ``train`` returns."""
-
-    config: dqn.DQNConfig
-    train_state: dqn.TrainState
-    metrics: list[dict[str, Any]]  # the logged rows
-    episode_returns: list[float]  # every finished training episode's game score, in order
-    steps: int  # agent steps taken
-    wall_time: float  # seconds spent in this call
-    summary: dict[str, Any]  # what summary.json holds
 
 
 def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -216,7 +205,7 @@ def train(
     overwrite: bool = False,
     eval_episodes: int = 0,
     tensorboard: bool = True,
-) -> TrainResult:
+) -> loop.RunResult:
     """Train a DQN agent on ``config.env_id`` for ``config.total_steps`` agent steps.
 
     run_dir: where metrics and checkpoints go (None: metrics in memory, no checkpoints).
@@ -257,13 +246,13 @@ def train(
     step, episode_returns, metrics, elapsed_before = 0, [], None, 0.0
 
     if resume:
-        loop = _restore(run, train_state, replay_state, obs)
-        train_state, replay_state, key = loop["train_state"], loop["replay"], loop["key"]
-        step, episode_returns, obs = loop["step"], loop["episode_returns"], loop["obs"]
-        metrics, elapsed_before = loop["metrics"], loop["elapsed_s"]
-        if loop["envs"] is not None:
+        restored = _restore(run, train_state, replay_state, obs)
+        train_state, replay_state, key = restored["train_state"], restored["replay"], restored["key"]
+        step, episode_returns, obs = restored["step"], restored["episode_returns"], restored["obs"]
+        metrics, elapsed_before = restored["metrics"], restored["elapsed_s"]
+        if restored["envs"] is not None:
             vector_env.close()
-            vector_env = _vector_env_from(loop["envs"])
+            vector_env = _vector_env_from(restored["envs"])
         else:
             obs, _ = vector_env.reset(seed=[config.seed + step + i for i in range(config.num_envs)])
     act_key, learn_key = jax.random.split(key)
@@ -331,9 +320,9 @@ def train(
         if run.checkpoints is not None and (
             step >= end_step or (checkpoint_steps is not None and step // checkpoint_steps > (step - steps_per_chunk) // checkpoint_steps)
         ):
-            loop = {"step": step, "episode_returns": episode_returns, "metrics": metrics,
+            counters = {"step": step, "episode_returns": episode_returns, "metrics": metrics,
                     "elapsed_s": elapsed_before + time.perf_counter() - started}
-            _save(run.checkpoints, config, loop, train_state, replay_state, key, obs, vector_env, save_replay)
+            _save(run.checkpoints, config, counters, train_state, replay_state, key, obs, vector_env, save_replay)
 
     bar.close()
     vector_env.close()
@@ -345,7 +334,7 @@ def train(
         scores = evaluate(config, train_state.params, episodes=eval_episodes)
         summary.update(eval_mean=float(np.mean(scores)), eval_episodes=len(scores))
     run.finish(summary, lambda rows: _plot(rows, config))
-    return TrainResult(config, train_state, run.rows, episode_returns, step, wall_time, summary)
+    return loop.RunResult(config, train_state, run.rows, summary, None if run.path is None else str(run.path))
 
 
 def _plot(rows: list[dict[str, Any]], config: dqn.DQNConfig):
@@ -354,10 +343,10 @@ def _plot(rows: list[dict[str, Any]], config: dqn.DQNConfig):
     return plot_metrics(rows, PLOTTED, x_key="step", title=f"DQN on {config.env_id}")
 
 
-def _save(directory, config, loop, train_state, replay_state, key, obs, vector_env, save_replay):
-    """Checkpoint ``loop["step"]``: the learner, the key, the observations, and (save_replay) the
+def _save(directory, config, counters, train_state, replay_state, key, obs, vector_env, save_replay):
+    """Checkpoint ``counters["step"]``: the learner, the key, the observations, and (save_replay) the
     replay buffer and the pickled envs; the loop's counters and last update metrics as metadata."""
-    step = loop["step"]
+    step = counters["step"]
     state = {"train_state": train_state, "key": jax.random.key_data(key), "obs": obs}
     env_bytes = None
     if save_replay:
@@ -368,13 +357,13 @@ def _save(directory, config, loop, train_state, replay_state, key, obs, vector_e
             warnings.warn(f"environment state not saved ({error}); a resume starts new episodes", stacklevel=3)
     if env_bytes is not None:
         state["envs"] = np.frombuffer(env_bytes, np.uint8)
-    metrics = loop["metrics"]
+    metrics = counters["metrics"]
     metadata = {
         "step": step,
         "config": dataclasses.asdict(config),
-        "episode_returns": loop["episode_returns"],
+        "episode_returns": counters["episode_returns"],
         "last_metrics": None if metrics is None else {name: float(value) for name, value in metrics.items()},
-        "elapsed_s": loop["elapsed_s"],
+        "elapsed_s": counters["elapsed_s"],
         "has_replay": save_replay,
         "has_envs": env_bytes is not None,
         "envs_bytes": 0 if env_bytes is None else len(env_bytes),
