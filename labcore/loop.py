@@ -92,6 +92,11 @@ class RunResult(NamedTuple):
     summary: dict[str, Any]  # what summary.json holds
     run_dir: str | None
 
+    @classmethod
+    def of_run(cls, config: Any, state: Any, run: runs.RunDir, summary: dict[str, Any]) -> RunResult:
+        """The result of a run written through ``run`` (its rows, its folder or None in memory)."""
+        return cls(config, state, run.rows, summary, None if run.path is None else str(run.path))
+
 
 def burst_rows(steps_per_update: int, log_every: int) -> int:
     """Logged rows per host call: as many as fit in ``METRICS_BURST_STEPS`` env steps, at least one."""
@@ -374,7 +379,7 @@ def train(
     if evaluate and program.evaluate is not None:
         summary.update(_evaluate(program, state, config.seed, seeds))
     run.finish(summary, lambda rows: plot(rows, program))
-    return RunResult(config, state, run.rows, summary, None if run.path is None else str(run.path))
+    return RunResult.of_run(config, state, run, summary)
 
 
 def _evaluate(program: Program, state: Any, seed: int, seeds: int | None) -> dict[str, Any]:

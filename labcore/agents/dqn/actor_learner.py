@@ -370,8 +370,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
         "actors": [dict(actor) for actor in actors],  # rank, node_id, pid (the newest), restarts, transitions
     }
     run.finish(summary)
-    return loop.RunResult(config, jax.device_get(state), list(run.rows), summary,
-                          None if run.path is None else str(run.path))
+    return loop.RunResult.of_run(config, jax.device_get(state), run, summary)
 
 
 def _save(directory, updates: int, state, buffer, key, config, counters: _Counters) -> None:

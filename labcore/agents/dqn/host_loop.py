@@ -321,7 +321,7 @@ def train(
             step >= end_step or (checkpoint_steps is not None and step // checkpoint_steps > (step - steps_per_chunk) // checkpoint_steps)
         ):
             counters = {"step": step, "episode_returns": episode_returns, "metrics": metrics,
-                    "elapsed_s": elapsed_before + time.perf_counter() - started}
+                        "elapsed_s": elapsed_before + time.perf_counter() - started}
             _save(run.checkpoints, config, counters, train_state, replay_state, key, obs, vector_env, save_replay)
 
     bar.close()
@@ -334,7 +334,7 @@ def train(
         scores = evaluate(config, train_state.params, episodes=eval_episodes)
         summary.update(eval_mean=float(np.mean(scores)), eval_episodes=len(scores))
     run.finish(summary, lambda rows: _plot(rows, config))
-    return loop.RunResult(config, train_state, run.rows, summary, None if run.path is None else str(run.path))
+    return loop.RunResult.of_run(config, train_state, run, summary)
 
 
 def _plot(rows: list[dict[str, Any]], config: dqn.DQNConfig):

@@ -163,7 +163,7 @@ def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dic
     if options.get("evaluate", True):
         summary.update(evaluate(config, params, config.seed + 1))
     folder.finish(summary, lambda rows: _plot(rows, config))
-    return loop.RunResult(config, params, folder.rows, summary, None if folder.path is None else str(folder.path))
+    return loop.RunResult.of_run(config, params, folder, summary)
 
 
 def _torch_params(agent) -> dict[str, Any]:

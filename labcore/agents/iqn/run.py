@@ -207,7 +207,7 @@ def _train_on_host(config: IQNRunConfig, run_dir, log_every: int, options: Mappi
     if folder.path is not None:
         save_checkpoint(folder.checkpoints, config, params)
     folder.finish(summary, lambda rows: plot_run(rows, config))
-    return loop.RunResult(config, params, folder.rows, summary, None if folder.path is None else str(folder.path))
+    return loop.RunResult.of_run(config, params, folder, summary)
 
 
 def _summarize(config: IQNRunConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
