@@ -8,16 +8,17 @@ import dataclasses
 import functools
 import math
 
-import flax.linen as nn
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
 
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
-from labcore.nets.iqn import IQN, q_values, sample_taus
+from labcore.nets.iqn import make_iqn, q_values, sample_taus
 from labcore.nets.noisy import SIGMA_INIT, NoisyLinear
 
 CONFIG = iqn.IQNConfig(obs_size=3, n_actions=4, n_frames=3, hidden_size=16, n_quantiles=4, n_tau_act=8,
@@ -53,8 +54,8 @@ def batch(agent) -> fb.Batch:
 
 
 def test_noisy_linear_init_ranges_and_names():
-    layer = NoisyLinear(in_features=50, out_features=40)
-    params = layer.init(jax.random.key(0), jnp.zeros((1, 50)), deterministic=True)["params"]
+    layer = NoisyLinear(50, 40, rngs=nnx.Rngs(params=0))
+    params = nnx.to_pure_dict(nnx.state(layer, nnx.Param))
     assert {k: v.shape for k, v in params.items()} == {
         "kernel": (50, 40), "bias": (40,), "sigma_kernel": (50, 40), "sigma_bias": (40,)}
     bound = math.sqrt(3 / 50)
@@ -64,45 +65,34 @@ def test_noisy_linear_init_ranges_and_names():
     assert float(jnp.max(params["kernel"])) > 0.95 * bound and float(jnp.min(params["kernel"])) < -0.95 * bound
     assert np.all(np.asarray(params["sigma_kernel"]) == np.float32(SIGMA_INIT))
     assert np.all(np.asarray(params["sigma_bias"]) == np.float32(0.017))
+    # every one of them is trained: all four are nnx.Param
+    assert sorted(nnx.to_pure_dict(nnx.state(layer, nnx.Param))) == sorted(nnx.to_pure_dict(nnx.state(layer)))
 
 
-def test_noisy_linear_deterministic_uses_mean_weights_and_noise_comes_from_rngs():
-    layer = NoisyLinear(in_features=5, out_features=3)
+def test_noisy_linear_without_a_key_uses_mean_weights_and_noise_comes_from_the_key():
+    layer = NoisyLinear(5, 3, rngs=nnx.Rngs(params=0))
     x = jax.random.normal(jax.random.key(1), (7, 5))
-    params = layer.init(jax.random.key(0), x, deterministic=True)["params"]
-    mean = layer.apply({"params": params}, x, deterministic=True)
+    params = nnx.to_pure_dict(nnx.state(layer, nnx.Param))
+    mean = layer(x)
     np.testing.assert_allclose(mean, x @ params["kernel"] + params["bias"], rtol=1e-6)
 
-    noisy, state = layer.apply({"params": params}, x, deterministic=False, rngs={"noise": jax.random.key(2)},
-                               mutable=["noise_draws"])
-    (eps_k,), (eps_b,) = state["noise_draws"]["eps_kernel"], state["noise_draws"]["eps_bias"]
+    noisy = layer(x, jax.random.key(2))
+    eps_k, eps_b = layer.noise(jax.random.key(2))
     assert eps_k.shape == (5, 3) and eps_b.shape == (3,)
     # independent noise on every weight: y = x (mu + sigma * eps) + (mu_b + sigma_b * eps_b)
     by_hand = x @ (params["kernel"] + params["sigma_kernel"] * eps_k) + params["bias"] + params["sigma_bias"] * eps_b
     np.testing.assert_allclose(noisy, by_hand, rtol=1e-5, atol=1e-6)
     assert not np.allclose(noisy, mean)
-    # The noise is a function of the 'noise' key alone: same key, same output; another key, another.
-    again = layer.apply({"params": params}, x, deterministic=False, rngs={"noise": jax.random.key(2)})
-    other = layer.apply({"params": params}, x, deterministic=False, rngs={"noise": jax.random.key(3)})
-    np.testing.assert_array_equal(again, noisy)
-    assert not np.allclose(other, noisy)
+    assert not np.allclose(eps_k[0, :3], eps_b)  # the kernel's and the bias's draws come from split keys
+    # The noise is a function of the key alone: same key, same output; another key, another.
+    np.testing.assert_array_equal(layer(x, jax.random.key(2)), noisy)
+    assert not np.allclose(layer(x, jax.random.key(3)), noisy)
 
 
-def test_noisy_linear_errors():
-    layer = NoisyLinear(in_features=5, out_features=3)
-    params = layer.init(jax.random.key(0), jnp.zeros((1, 5)), deterministic=True)["params"]
-    with pytest.raises(ValueError, match=r"^NoisyLinear was called .*rngs=\{'noise': key\}"):
-        layer.apply({"params": params}, jnp.zeros((2, 5)), deterministic=False)
+def test_noisy_linear_checks_the_input_width():
+    layer = NoisyLinear(5, 3, rngs=nnx.Rngs(params=0))
     with pytest.raises(ValueError, match=r"^NoisyLinear expects .*in_features=5.*\(2, 4\)"):
-        layer.apply({"params": params}, jnp.zeros((2, 4)), deterministic=True)
-
-    class Wrapper(nn.Module):  # inside a model, the message names the layer
-        @nn.compact
-        def __call__(self, x):
-            return NoisyLinear(in_features=5, out_features=3, name="ff_1")(x, deterministic=True)
-
-    with pytest.raises(ValueError, match=r"^NoisyLinear 'ff_1' expects"):
-        Wrapper().init(jax.random.key(0), jnp.zeros((1, 4)))
+        layer(jnp.zeros((2, 4)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,34 +100,45 @@ def test_noisy_linear_errors():
 
 
 def test_iqn_shapes_names_init_dueling_and_checks():
-    model = IQN(in_features=12, n_actions=4, layer_size=16)
+    network = make_iqn(in_features=12, n_actions=4, layer_size=16)
     x = jax.random.normal(jax.random.key(0), (5, 12))
     taus = sample_taus(jax.random.key(1), 5, 7)
     assert taus.shape == (5, 7, 1) and float(taus.min()) >= 0 and float(taus.max()) < 1
-    params = jax.jit(model.init, static_argnums=3)(jax.random.key(2), x, taus, True)["params"]
+    params = jax.jit(network.init)(jax.random.key(2))
     assert sorted(params) == ["advantage", "cos_embedding", "ff_1", "head1", "value"]
     assert params["head1"]["kernel"].shape == (12, 16) and params["cos_embedding"]["kernel"].shape == (64, 16)
     assert set(params["ff_1"]) == {"kernel", "bias", "sigma_kernel", "sigma_bias"}
     # torch.nn.Linear's default distribution for the dense layers: U(+-1/sqrt(in))
     assert float(jnp.max(jnp.abs(params["head1"]["kernel"]))) <= 1 / math.sqrt(12)
     assert float(jnp.max(jnp.abs(params["cos_embedding"]["bias"]))) <= 1 / math.sqrt(64)
-    # dueling: the mean over actions of the quantiles is the value stream's output
-    quantiles, state = jax.jit(functools.partial(model.apply, capture_intermediates=True, mutable=["intermediates"]),
-                               static_argnums=3)({"params": params}, x, taus, True)
+    # the same seed, the same parameters, compiled or not
+    chex.assert_trees_all_equal(network.init(jax.random.key(2)), params)
+    quantiles = jax.jit(network.apply)(params, x, taus)
     assert quantiles.shape == (5, 7, 4)
-    (value,) = state["intermediates"]["value"]["__call__"]
-    np.testing.assert_allclose(quantiles.mean(axis=-1), value.reshape(5, 7), atol=1e-6)
+    # dueling: the mean over actions of the quantiles is the value stream's output
+    model = network.bind(params)
+    z = jax.nn.relu(model.head1(x))[:, None, :] * jax.nn.relu(
+        model.cos_embedding(jnp.cos(taus * jnp.pi * jnp.arange(1, 65))))
+    value = model.value(jax.nn.relu(model.ff_1(z.reshape(35, 16))))
+    np.testing.assert_allclose(quantiles.mean(axis=-1), value.reshape(5, 7), atol=1e-5)
     q_fn = jax.jit(q_values, static_argnums=(0, 4, 5))
-    q = q_fn(model, params, x, jax.random.key(3), 7, True, taus)
+    q = q_fn(network, params, x, jax.random.key(3), 7, True, taus)
     np.testing.assert_allclose(q, quantiles.mean(axis=1), rtol=1e-6)
-    noisy = q_fn(model, params, x, jax.random.key(3), 7, False, taus)
+    noisy = q_fn(network, params, x, jax.random.key(3), 7, False, taus)
     assert noisy.shape == (5, 4) and not np.allclose(noisy, q)
+    # the draws noise_draws reports are the ones the noisy forward used
+    key = jax.random.key(4)
+    draws = network.apply(params, key, method="noise_draws")
+    assert sorted(draws) == ["advantage", "ff_1", "value"] and draws["ff_1"]["eps_kernel"].shape == (16, 16)
+    replayed = {name: dict(layer) for name, layer in params.items()}
+    for name, eps in draws.items():
+        replayed[name]["kernel"] = params[name]["kernel"] + params[name]["sigma_kernel"] * eps["eps_kernel"]
+        replayed[name]["bias"] = params[name]["bias"] + params[name]["sigma_bias"] * eps["eps_bias"]
+    np.testing.assert_allclose(network.apply(params, x, taus, key), network.apply(replayed, x, taus), atol=1e-5)
     with pytest.raises(ValueError, match="in_features=12"):
-        model.apply({"params": params}, jnp.zeros((5, 13)), taus, True)
+        network.apply(params, jnp.zeros((5, 13)), taus)
     with pytest.raises(ValueError, match="taus of shape"):
-        model.apply({"params": params}, x, taus[:, :, 0], True)
-    with pytest.raises(ValueError, match="noise"):
-        model.apply({"params": params}, x, taus, False)
+        network.apply(params, x, taus[:, :, 0])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The JAX iRainbow port (labcore.agents.iqn) against the PyTorch reference (labcore.torch_ref.irainbow).
 
 The heart of the port: the same weights (copied by the reference's bridge), the same taus and the
-same noise draws (the Flax NoisyLinear sows what it drew; the PyTorch layers replay it through
-set_noise) must give the same quantiles, Q-values, loss, gradients, optimiser state and
+same noise draws (the NNX IQN reports the draws of a noise key; the PyTorch layers replay them
+through set_noise) must give the same quantiles, Q-values, loss, gradients, optimiser state and
 parameters after clipped Adam steps; the buffers must hold and return the same data after the
 same calls; acting, target updates and epsilon must agree. float32 on both sides; tolerances
 1e-5 relative to each array's scale.
@@ -23,7 +23,7 @@ import torch
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.agents.iqn.torch_reference import REFERENCE_NAMES, reference_agent
-from labcore.nets.iqn import IQN, sample_taus
+from labcore.nets.iqn import sample_taus
 from labcore.torch_ref import irainbow as ref
 from labcore.torch_ref import irainbow_network as ref_net
 
@@ -146,7 +146,7 @@ def test_bridge_round_trips_exactly_and_fits_the_flax_module():
         assert torch.equal(a, b)
     # and from a Flax initialisation into torch and back, bit for bit
     jax_params = iqn.init_params(jax.random.key(4), CONFIG)
-    ref_net.iqn_params_from_flax({"params": as_numpy(jax_params)}, fresh)
+    ref_net.iqn_params_from_flax(as_numpy(jax_params), fresh)
     assert_trees_close(flax_params(fresh), jax_params, tol=0.0)
 
 
@@ -161,23 +161,22 @@ def test_forward_quantiles_and_q_values_match():
         expected, returned_taus = agent.local(torch.from_numpy(x), 6, torch.from_numpy(taus))
         expected_q = agent.local.get_qvalues(torch.from_numpy(x), 6, torch.from_numpy(taus))
     np.testing.assert_array_equal(returned_taus.numpy(), taus)
-    apply = jax.jit(model.apply, static_argnames=("deterministic", "mutable", "method"))
-    assert_trees_close(apply({"params": params}, x, taus, deterministic=True), expected.numpy())
-    assert_trees_close(apply({"params": params}, x, taus, deterministic=True, method=IQN.get_qvalues),
-                       expected_q.numpy())
+    apply = jax.jit(model.apply, static_argnames=("method",))
+    assert_trees_close(apply(params, x, taus), expected.numpy())
+    assert_trees_close(apply(params, x, taus, method="get_qvalues"), expected_q.numpy())
     # training mode: JAX draws the noise, torch replays it
     agent.local.train()
-    quantiles, state = apply({"params": params}, x, taus, deterministic=False, rngs={"noise": jax.random.key(3)},
-                             mutable=("noise_draws",))
-    ref_net.iqn_noise_from_flax(state["noise_draws"], agent.local)
+    quantiles = apply(params, x, taus, jax.random.key(3))
+    draws = apply(params, jax.random.key(3), method="noise_draws")
+    ref_net.iqn_noise_from_flax(draws, agent.local)
     with torch.no_grad():
         noisy, _ = agent.local(torch.from_numpy(x), 6, torch.from_numpy(taus))
     assert_trees_close(quantiles, noisy.numpy())
     assert not np.allclose(noisy.numpy(), expected.numpy())  # the noise mattered
     for layer in ref_net.NOISY_LAYERS:  # and torch used exactly JAX's draws, transposed
         eps_w, eps_b = getattr(agent.local, layer).last_noise
-        np.testing.assert_array_equal(eps_w.numpy().T, state["noise_draws"][layer]["eps_kernel"][0])
-        np.testing.assert_array_equal(eps_b.numpy(), state["noise_draws"][layer]["eps_bias"][0])
+        np.testing.assert_array_equal(eps_w.numpy().T, draws[layer]["eps_kernel"])
+        np.testing.assert_array_equal(eps_b.numpy(), draws[layer]["eps_bias"])
 
 
 def test_buffers_match_through_adds_add_empty_and_the_wrap():
@@ -327,8 +326,8 @@ def test_acting_picks_the_same_action():
         with torch.no_grad():
             q = agent.local.get_qvalues(torch.from_numpy(stacked)[None], CONFIG.n_tau_act, taus)
         agent.local.train()
-        jax_q = iqn.make_network(CONFIG).apply({"params": params}, jnp.asarray(stacked)[None],
-                                               jnp.asarray(taus.numpy()), True, method=IQN.get_qvalues)
+        jax_q = iqn.make_network(CONFIG).apply(params, jnp.asarray(stacked)[None], jnp.asarray(taus.numpy()),
+                                               method="get_qvalues")
         assert_trees_close(jax_q, q.numpy())
         torch_actions.append(agent.take_action(obs))  # eval mode, the taus above
         jax_actions.append(int(greedy(params, jnp.asarray(stacked), jnp.asarray(taus.numpy()), config=CONFIG)))

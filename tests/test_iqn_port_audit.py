@@ -27,18 +27,19 @@ class Pitfall(NamedTuple):
 
 
 # The port's modules: the last two mistakes are about all of them.
-PORT_MODULES = ("labcore.agents.iqn.core", "labcore.agents.iqn.frame_buffer", "labcore.nets.iqn", "labcore.nets.noisy")
+PORT_MODULES = ("labcore.agents.iqn.core", "labcore.agents.iqn.frame_buffer", "labcore.nets.iqn", "labcore.nets.noisy",
+                "labcore.nets.functional")
 
 PITFALLS = {
     1: Pitfall("factorised noise added to the layer's output; the original perturbs every weight independently",
                ("labcore.nets.noisy: NoisyLinear",),
-               ("test_iqn.py: test_noisy_linear_deterministic_uses_mean_weights_and_noise_comes_from_rngs",
+               ("test_iqn.py: test_noisy_linear_without_a_key_uses_mean_weights_and_noise_comes_from_the_key",
                 "test_iqn_parity.py: test_forward_quantiles_and_q_values_match")),
-    2: Pitfall("setup() and @nn.compact mixed in one module",
-               ("labcore.nets.noisy: NoisyLinear.__call__", "labcore.nets.iqn: IQN.__call__"),
+    2: Pitfall("layers created inside __call__ (a Linen @nn.compact habit); an NNX module builds them in __init__",
+               ("labcore.nets.noisy: NoisyLinear.__init__", "labcore.nets.iqn: IQN.__init__"),
                ("test_iqn.py: test_noisy_linear_init_ranges_and_names",)),
-    3: Pitfall("get_qvalues called with params on an unbound module",
-               ("labcore.nets.iqn: IQN.get_qvalues, q_values",),
+    3: Pitfall("get_qvalues called on a module that does not hold the parameters being trained",
+               ("labcore.nets.iqn: IQN.get_qvalues, q_values", "labcore.nets.functional: Functional.apply"),
                ("test_iqn.py: test_iqn_shapes_names_init_dueling_and_checks",
                 "test_iqn_parity.py: test_acting_picks_the_same_action")),
     4: Pitfall("value_and_grad(lambda p: loss) of a constant",
@@ -59,12 +60,12 @@ PITFALLS = {
                ("labcore.agents.iqn.frame_buffer: buffer_add_empty",),
                ("test_iqn.py: test_add_empty_and_current_state_across_the_wrap",
                 "test_iqn_parity.py: test_buffers_match_through_adds_add_empty_and_the_wrap")),
-    9: Pitfall("noise passed as rng=, not rngs={'noise': key}",
-               ("labcore.nets.noisy: NoisyLinear.__call__", "labcore.nets.iqn: noise_rngs"),
-               ("test_iqn.py: test_noisy_linear_errors",)),
+    9: Pitfall("noise drawn from an RNG stream kept in the module, so the same call draws differently each time",
+               ("labcore.nets.noisy: NoisyLinear.__call__, NoisyLinear.noise", "labcore.nets.iqn: layer_keys"),
+               ("test_iqn.py: test_noisy_linear_without_a_key_uses_mean_weights_and_noise_comes_from_the_key",)),
     10: Pitfall("NoisyLinear without its input size",
                 ("labcore.nets.noisy: NoisyLinear",),
-                ("test_iqn.py: test_noisy_linear_errors",)),
+                ("test_iqn.py: test_noisy_linear_checks_the_input_width",)),
     11: Pitfall("input shapes not checked",
                 ("labcore.agents.iqn.core: check_params_shape, select_action",
                  "labcore.agents.iqn.frame_buffer: stacked_state", "labcore.nets.iqn: IQN.__call__"),

@@ -176,10 +176,10 @@ def test_iqn_forward_matches_float64_numpy_with_and_without_injected_noise():
     with torch.no_grad():
         out = net(torch.from_numpy(x), 7, torch.from_numpy(taus))[0].numpy()
     np.testing.assert_allclose(out, np_forward(params, x, taus), rtol=1e-5, atol=1e-5)
-    # training mode with injected draws, given in Flax layout (eps_kernel [in, out]) as the port sows them
+    # training mode with injected draws, given in Flax layout (eps_kernel [in, out]) as the port draws them
     noise = {name: (rng.normal(size=params[name]["kernel"].shape), rng.normal(size=params[name]["bias"].shape))
              for name in irn.NOISY_LAYERS}
-    irn.iqn_noise_from_flax({"noise_draws": {k: {"eps_kernel": (v[0],), "eps_bias": (v[1],)} for k, v in noise.items()}}, net)
+    irn.iqn_noise_from_flax({k: {"eps_kernel": (v[0],), "eps_bias": (v[1],)} for k, v in noise.items()}, net)
     net.train()
     with torch.no_grad():
         noisy = net(torch.from_numpy(x), 7, torch.from_numpy(taus))[0].numpy()
@@ -485,7 +485,7 @@ def test_flax_bridge_names_layout_round_trip_and_copies():
     params["head1"]["kernel"][0, 0] += 1.0                            # a copy, not a view
     assert net.head1.weight[0, 0] != torch.tensor(params["head1"]["kernel"][0, 0])
     other = irn.IQN(10, 4, layer_size=6, generator=torch.Generator().manual_seed(14))
-    irn.iqn_params_from_flax({"params": irn.iqn_params_to_flax(net)}, other)
+    irn.iqn_params_from_flax(irn.iqn_params_to_flax(net), other)
     for (name, a), b in zip(net.named_parameters(), other.parameters(), strict=True):
         assert torch.equal(a, b), name
     broken = irn.iqn_params_to_flax(net)

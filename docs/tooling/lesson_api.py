@@ -84,6 +84,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("iqn.runners", "labcore.agents.iqn.runners", "mod"),
         ("nets.iqn.IQN", "labcore.nets.iqn.IQN", "class"),
         ("NoisyLinear", "labcore.nets.noisy.NoisyLinear", "class"),
+        ("nets.functional.Functional", "labcore.nets.functional.Functional", "class"),
         ("envs.treasurehunt", "labcore.envs.treasurehunt", "mod"),
         ("torch_ref.irainbow", "labcore.torch_ref.irainbow", "mod"),
     ],

@@ -1,12 +1,15 @@
-"""An actor-critic MLP in Flax Linen, initialised the way PPO implementations do.
+"""An actor-critic MLP in Flax NNX, initialised the way PPO implementations do.
 
 Orthogonal weights (gain sqrt(2) in hidden layers, 0.01 on the policy head so the first policy is
 near uniform, 1.0 on the value head), zero biases, tanh activations, separate actor and critic
 trunks.
 
-    network = ActorCritic(num_actions=13, hidden_size=256, num_layers=2)
-    params = network.init(key, obs)                 # obs: [B, D]
-    logits, value = network.apply(params, obs)      # [B, A], [B]
+    model = ActorCritic(obs_size=8, num_actions=13, hidden_size=256, num_layers=2, rngs=nnx.Rngs(params=0))
+    logits, value = model(obs)                      # obs [B, D] -> [B, A], [B]
+
+PPO's jitted program uses it through ``make_actor_critic(...)``: ``init(key)`` returns the
+parameters as a plain dict ({'actor_0': {'kernel' [D, H], 'bias' [H]}, ..., 'policy', 'value'})
+and ``apply(params, obs)`` runs the module on them (``labcore.nets.functional``).
 
 ``dtype=jnp.bfloat16`` runs the matmuls and activations in bfloat16 (mixed precision): the
 parameters are created and kept in float32 (``param_dtype``), each layer casts its kernel and
@@ -16,35 +19,53 @@ gradients' sum and the optimizer all stay in float32.
 
 from __future__ import annotations
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
+
+from labcore.nets.functional import Functional
+
+ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
-class ActorCritic(nn.Module):
-    num_actions: int
-    hidden_size: int = 256
-    num_layers: int = 2
-    activation: str = "tanh"  # or 'relu'
-    dtype: jnp.dtype = jnp.float32  # compute dtype of the layers; parameters stay float32
+class ActorCritic(nnx.Module):
+    """obs [B, obs_size] -> (logits [B, num_actions], value [B]), float32 out whatever ``dtype``."""
 
-    @nn.compact
+    def __init__(self, obs_size: int, num_actions: int, hidden_size: int = 256, num_layers: int = 2,
+                 activation: str = "tanh", dtype: jnp.dtype = jnp.float32, *, rngs: nnx.Rngs):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.activation, self.num_layers = activation, num_layers
+        zeros = nnx.initializers.constant(0.0)
+
+        def dense(in_size: int, out_size: int, gain: float) -> nnx.Linear:
+            return nnx.Linear(in_size, out_size, kernel_init=nnx.initializers.orthogonal(gain), bias_init=zeros,
+                              dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+        self.dtype = dtype
+        for trunk in ("actor", "critic"):
+            for layer in range(num_layers):
+                setattr(self, f"{trunk}_{layer}", dense(obs_size if layer == 0 else hidden_size, hidden_size,
+                                                        np.sqrt(2)))
+        self.policy = dense(hidden_size, num_actions, 0.01)
+        self.value = dense(hidden_size, 1, 1.0)
+
+    def trunk(self, x: jax.Array, name: str) -> jax.Array:
+        for layer in range(self.num_layers):
+            x = ACTIVATIONS[self.activation](getattr(self, f"{name}_{layer}")(x))
+        return x
+
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        act = jnp.tanh if self.activation == "tanh" else nn.relu
-        hidden_init = nn.initializers.orthogonal(np.sqrt(2))
-        zeros = nn.initializers.constant(0.0)
-
-        def trunk(x: jax.Array, name: str) -> jax.Array:
-            for layer in range(self.num_layers):
-                x = act(nn.Dense(self.hidden_size, kernel_init=hidden_init, bias_init=zeros, dtype=self.dtype,
-                                 param_dtype=jnp.float32, name=f"{name}_{layer}")(x))
-            return x
-
         x = obs.astype(self.dtype)
-        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), bias_init=zeros,
-                          dtype=self.dtype, param_dtype=jnp.float32, name="policy")(trunk(x, "actor"))
-        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=zeros, dtype=self.dtype,
-                         param_dtype=jnp.float32, name="value")(trunk(x, "critic"))
+        logits = self.policy(self.trunk(x, "actor"))
+        value = self.value(self.trunk(x, "critic"))
         # float32 out: the softmax, log-probabilities, ratios and the loss are computed in float32
         return logits.astype(jnp.float32), jnp.squeeze(value, axis=-1).astype(jnp.float32)
+
+
+def make_actor_critic(obs_size: int, num_actions: int, hidden_size: int = 256, num_layers: int = 2,
+                      activation: str = "tanh", dtype: jnp.dtype = jnp.float32) -> Functional:
+    """The actor-critic as pure functions of a plain parameter dict: ``init(key)``, ``apply(params, obs)``."""
+    return Functional(lambda rngs: ActorCritic(obs_size, num_actions, hidden_size, num_layers, activation, dtype,
+                                               rngs=rngs))

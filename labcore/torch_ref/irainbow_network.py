@@ -8,7 +8,7 @@ random draw can be injected (taus as arguments, noise through ``set_noise``), so
 
 The bridge at the end copies parameters to and from the Flax layout of ``labcore.nets.iqn.IQN``
 (plain dicts of numpy arrays: nothing here imports JAX or labcore's JAX code) and queues the
-noise the Flax layers drew into these layers.
+noise the JAX layers drew into these layers.
 """
 
 from __future__ import annotations
@@ -203,15 +203,9 @@ def iqn_params_to_flax(net: IQN) -> dict[str, dict[str, np.ndarray]]:
     return params
 
 
-def _unwrap(params: Mapping) -> Mapping:
-    # Accept the variables dict {'params': {...}} as well as the params themselves.
-    return params["params"] if set(params) == {"params"} else params
-
-
 @torch.no_grad()
 def iqn_params_from_flax(params: Mapping, net: IQN) -> None:
     """Copy Flax-layout parameters (numpy or JAX arrays, see ``iqn_params_to_flax``) into ``net``, in place."""
-    params = _unwrap(params)
     fields = {name: {"kernel": "weight", "bias": "bias"} for name in DENSE_LAYERS}
     fields.update({name: {"kernel": "weight", "bias": "bias", "sigma_kernel": "sigma_weight", "sigma_bias": "sigma_bias"}
                    for name in NOISY_LAYERS})
@@ -234,15 +228,12 @@ def iqn_params_from_flax(params: Mapping, net: IQN) -> None:
 
 
 def iqn_noise_from_flax(noise_draws: Mapping, net: IQN) -> None:
-    """Queue the noise draws sown by the Flax IQN (collection ``'noise_draws'``) into ``net``.
+    """Queue the noise draws of the JAX IQN (``labcore.nets.iqn.IQN.noise_draws(key)``) into ``net``.
 
     ``noise_draws``: ``{'ff_1': {'eps_kernel': [in, out] or a tuple of them (one per forward, in
-    order), 'eps_bias': [out] or a tuple}, 'advantage': ..., 'value': ...}``; a wrapping
-    ``{'noise_draws': ...}`` is accepted. Each draw is transposed to PyTorch's [out, in] and queued
+    order), 'eps_bias': [out] or a tuple}, 'advantage': ..., 'value': ...}``. Each draw is transposed to PyTorch's [out, in] and queued
     with ``NoisyLinear.set_noise``, so the next training-mode forwards reuse JAX's noise exactly.
     """
-    if set(noise_draws) == {"noise_draws"}:
-        noise_draws = noise_draws["noise_draws"]
     for name in NOISY_LAYERS:
         if name not in noise_draws:
             continue

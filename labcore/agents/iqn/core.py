@@ -60,7 +60,8 @@ from flax import struct
 from labcore import devices, losses, validation
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.agents.iqn.frame_buffer import Batch, FrameBuffer
-from labcore.nets.iqn import IQN, noise_rngs, sample_taus
+from labcore.nets.functional import Functional
+from labcore.nets.iqn import make_iqn, sample_taus
 
 Params = Any  # a Flax parameter pytree: {'head1': {'kernel', 'bias'}, ..., 'value': {...}}
 
@@ -160,9 +161,10 @@ class AgentState:
     epsilon: jax.Array  # [] f32
 
 
-def make_network(config: IQNConfig) -> IQN:
-    """The IQN both the local and the target parameters belong to (input width n_frames * obs_size)."""
-    return IQN(in_features=config.in_features, n_actions=config.n_actions, layer_size=config.hidden_size)
+def make_network(config: IQNConfig) -> Functional:
+    """The IQN both the local and the target parameters belong to (input width n_frames * obs_size),
+    as pure functions of its parameter dict (``labcore.nets.iqn.make_iqn``)."""
+    return make_iqn(config.in_features, config.n_actions, config.hidden_size)
 
 
 def make_optimizer(config: IQNConfig) -> optax.GradientTransformation:
@@ -172,10 +174,8 @@ def make_optimizer(config: IQNConfig) -> optax.GradientTransformation:
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def init_params(key: jax.Array, config: IQNConfig) -> Params:
-    """Fresh network parameters (Flax init with the mean weights: no noise RNG needed)."""
-    dummy_x = jnp.zeros((1, config.in_features), jnp.float32)
-    dummy_taus = jnp.zeros((1, 1, 1), jnp.float32)
-    return make_network(config).init(key, dummy_x, dummy_taus, True)["params"]
+    """Fresh network parameters, a plain dict (see ``labcore.nets.iqn``)."""
+    return make_network(config).init(key)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -268,7 +268,7 @@ def _check_stacked(stacked: jax.Array, config: IQNConfig) -> None:
 def greedy_action(params: Params, stacked: jax.Array, taus: jax.Array, config: IQNConfig) -> jax.Array:
     """argmax_a of Q(stacked, a) with the mean weights (eval mode) and the given taus [1, n_tau, 1]: i32[]."""
     _check_stacked(stacked, config)
-    q = make_network(config).apply({"params": params}, stacked[None], taus, True, method=IQN.get_qvalues)
+    q = make_network(config).apply(params, stacked[None], taus, method="get_qvalues")
     return jnp.argmax(q[0]).astype(jnp.int32)
 
 
@@ -336,13 +336,12 @@ def _check_batch(batch: Batch, config: IQNConfig) -> None:
 
 def _forward(params: Params, x: jax.Array, taus: jax.Array, key: jax.Array, noisy: bool,
              config: IQNConfig) -> tuple[jax.Array, dict]:
-    """quantiles [B, N, A] and the noise draws used ({} in eval mode), through apply."""
-    model = make_network(config)
+    """quantiles [B, N, A] and the noise draws used ({} in eval mode: the mean weights)."""
+    model = make_network(config).bind(params)
     if not noisy:
-        return model.apply({"params": params}, x, taus, True), {}
-    quantiles, state = model.apply({"params": params}, x, taus, False, rngs=noise_rngs(key, False),
-                                   mutable=["noise_draws"])
-    return quantiles, state["noise_draws"]
+        return model(x, taus), {}
+    # The draws are a function of the key alone; a training step discards them, and XLA with them.
+    return model(x, taus, key), model.noise_draws(key)
 
 
 def quantile_targets(rewards: jax.Array, dones: jax.Array, next_quantiles: jax.Array, config: IQNConfig) -> jax.Array:
@@ -363,7 +362,7 @@ def loss_and_draws(params: Params, target_params: Params, batch: Batch, randomne
     2. Z_next = target(next_states) at a*, as [B, 1, N]; targets = quantile_targets(...)
     3. Z_expected = local(states) at the stored actions: [B, N, 1]
     4. td = targets - Z_expected [B, N, N]; loss = mean(|tau - 1{td < 0}| * huber_1(td) * valid)
-    draws: {'next_local', 'next_target', 'expected'} -> that forward's 'noise_draws' collection.
+    draws: {'next_local', 'next_target', 'expected'} -> that forward's noise draws (IQN.noise_draws).
     """
     _check_batch(batch, config)
     B = batch.states.shape[0]

@@ -34,7 +34,8 @@ import optax
 from flax import struct
 
 from labcore import devices, envs, evaluation, loop, losses, validation
-from labcore.nets.actor_critic import ActorCritic
+from labcore.nets.actor_critic import make_actor_critic
+from labcore.nets.functional import Functional
 
 ACTIVATIONS = ("tanh", "relu")
 COMPUTE_DTYPES = ("float32", "bfloat16")
@@ -165,7 +166,7 @@ class PPO(NamedTuple):
     """The pure functions of one configured PPO (see the module docstring)."""
 
     config: PPOConfig
-    network: ActorCritic
+    network: Functional  # the actor-critic: network.init(key) -> params, network.apply(params, obs)
     env: Any
     env_params: Any
     init: Callable[[jax.Array], RunnerState]
@@ -242,8 +243,8 @@ def make_ppo(
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     num_actions = env.num_actions
     obs_size = int(np.prod(env.observation_space(env_params).shape))
-    network = ActorCritic(num_actions, config.hidden_size, config.num_layers, config.activation,
-                          dtype=jnp.dtype(config.compute_dtype))
+    network = make_actor_critic(obs_size, num_actions, config.hidden_size, config.num_layers, config.activation,
+                                dtype=jnp.dtype(config.compute_dtype))
     batch_size = config.num_envs * config.num_steps
     rows_per_burst = loop.burst_rows(batch_size, log_every)  # logged rows per host call
 
@@ -266,7 +267,7 @@ def make_ppo(
 
     def init(key: jax.Array) -> RunnerState:
         params_key, reset_key, key = jax.random.split(key, 3)
-        params = network.init(params_key, jnp.zeros((1, obs_size)))
+        params = network.init(params_key)
         obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
         return RunnerState(
             params=params,
