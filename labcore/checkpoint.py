@@ -68,15 +68,44 @@ def restore_metadata(directory: str | os.PathLike, step: int | None = None) -> d
 
 
 def restore(directory: str | os.PathLike, like: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """(state, metadata) of checkpoint ``step`` (default: the newest), shaped like ``like``."""
-    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, _as_arrays(like))
+    """(state, metadata) of checkpoint ``step`` (default: the newest), shaped like ``like``.
+
+    A checkpoint of the Flax Linen layout, which labcore's PPO wrote before its network moved to
+    Flax NNX (every parameter dict one level down, under ``'params'``), restores too, into the
+    plain dicts of ``like``.
+    """
     with _manager(directory) as manager:
         step = _existing_step(manager, directory, step)
-        restored = manager.restore(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()),
-        )
+        try:
+            restored = _restore_step(manager, step, like)
+        except ValueError as mismatch:  # orbax: the tree on disk is not shaped like ``like``
+            try:
+                restored = _restore_step(manager, step, _linen_layout(like))
+            except ValueError:
+                raise mismatch from None
+            restored["state"] = _plain_layout(restored["state"])
     return _restore_keys(restored["state"], like), restored["metadata"]
+
+
+def _restore_step(manager: ocp.CheckpointManager, step: int, like: Any) -> dict[str, Any]:
+    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, _as_arrays(like))
+    return dict(manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore())))
+
+
+def _is_dict(node: Any) -> bool:
+    return isinstance(node, dict)
+
+
+def _linen_layout(tree: Any) -> Any:
+    """``tree`` with every outermost dict ``d`` (a parameter dict, or an optimizer moment of one) as ``{'params': d}``."""
+    return jax.tree_util.tree_map(lambda node: {"params": node} if _is_dict(node) else node, tree, is_leaf=_is_dict)
+
+
+def _plain_layout(tree: Any) -> Any:
+    """The inverse of ``_linen_layout``."""
+    return jax.tree_util.tree_map(lambda node: node["params"] if _is_dict(node) else node, tree,
+                                  is_leaf=lambda node: _is_dict(node) and set(node) == {"params"})
 
 
 def _is_key(leaf: Any) -> bool:

@@ -157,6 +157,25 @@ def test_resume_from_a_checkpoint_continues_exactly():
     np.testing.assert_array_equal(np.asarray(straight_metrics["entropy"])[3:], np.asarray(resumed_metrics["entropy"]))
 
 
+def test_a_checkpoint_of_the_linen_layout_restores_into_the_plain_parameter_dicts():
+    # Before its network moved to Flax NNX, PPO's parameters (and Adam's moments of them) were one
+    # level down, under 'params'. Such a checkpoint still loads; another tree still fails.
+    agent = ppo.make_ppo(small_vault())
+    runner, _ = jax.jit(agent.run, static_argnums=1)(agent.init(jax.random.key(0)), 1)
+    adam = runner.opt_state[1][0]
+    assert set(adam.mu) == set(runner.params)  # the moments are dicts shaped like the parameters
+    linen_opt_state = (runner.opt_state[0], (adam._replace(mu={"params": adam.mu}, nu={"params": adam.nu}),
+                                             *runner.opt_state[1][1:]))
+    linen_runner = runner.replace(params={"params": runner.params}, opt_state=linen_opt_state)
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint.save(directory, 1, linen_runner, {"config": "small_vault"})
+        restored, _ = checkpoint.restore(directory, like=agent.init(jax.random.key(1)))
+        assert_same_tree(runner, restored)
+        other = ppo.make_ppo(small_vault(hidden_size=16)).init(jax.random.key(1))
+        with pytest.raises(ValueError, match="do not match|shape"):
+            checkpoint.restore(directory, like=other)
+
+
 def test_masked_training_never_chooses_illegal_actions_and_reports_through_the_callback():
     seen = []
     agent = ppo.make_ppo(small_vault(), callback=seen.append, log_every=2)
