@@ -88,7 +88,7 @@ doctor: $(PACKAGE_STAMP)
 COMPAT_UNIT ?=
 # The notebooks it runs: all but 04 and 07 by default, whose time goes mostly to their PyTorch
 # originals (the same torch on both stacks); CI's 90 minutes hold no more. COMPAT_NOTEBOOKS='*.ipynb' runs all.
-COMPAT_NOTEBOOKS ?= 00_*.ipynb 01_*.ipynb 02_*.ipynb 03_*.ipynb 05_*.ipynb 06_*.ipynb 08_*.ipynb 09_*.ipynb
+COMPAT_NOTEBOOKS ?= 00_*.ipynb 01_*.ipynb 02_*.ipynb 03_*.ipynb 05_*.ipynb 06_*.ipynb 08_*.ipynb 09_*.ipynb 10_*.ipynb
 COMPAT_SKIP ?= end_to_end
 COMPAT_AND := $(if $(strip $(COMPAT_SKIP)), and not ($(COMPAT_SKIP)),)
 COMPAT_RUN_UNIT := $(filter 1 true yes,$(COMPAT_UNIT))

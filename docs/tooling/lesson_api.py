@@ -153,6 +153,12 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("labcore.course.curves", "labcore.course.curves", "mod"),
         ("labcore.course.published", "labcore.course.published", "mod"),
     ],
+    "10_flax_nnx": [
+        ("nets.functional.Functional", "labcore.nets.functional.Functional", "class"),
+        ("nets.actor_critic", "labcore.nets.actor_critic", "mod"),
+        ("NoisyLinear", "labcore.nets.noisy.NoisyLinear", "class"),
+        ("nets.q_networks", "labcore.nets.q_networks", "mod"),
+    ],
 }
 
 ROLES = ("class", "func", "mod")

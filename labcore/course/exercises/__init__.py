@@ -39,7 +39,7 @@ NOTEBOOK_MODULES = tuple(
     for name in (
         "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_jit_scan_vmap", "nb03_distributed",
         "nb04_iqn_port", "nb05_masked_ppo", "nb06_accelerators", "nb07_gflownet", "nb08_debugging",
-        "nb09_pqn",
+        "nb09_pqn", "nb10_flax_nnx",
     )
 )
 
