@@ -26,9 +26,16 @@ os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", "")] + [flag for flag in _FLAGS if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]
 ).strip()
 
-# The tests opt into JAX's persistent compilation cache as the CLI and the notebooks do
-# (``import labcore`` alone changes no setting): the test processes, the notebooks' kernels and the
-# commands the tests start then read one another's compiled programs.
+# The unit tests run with JAX's persistent compilation cache off (the notebooks, run by their own
+# pytest invocation, and tests/test_compile_cache.py, which starts its own processes, use it).
+# Writing a program to the cache serialises the compiled executable, and on the 2-core reference
+# machine (jaxlib 0.10.2, LLVM at -O0 as set above, every program cached) three full runs of the
+# suite on 2026-11-26 each lost a pytest-xdist worker to a segmentation fault inside that
+# serialisation (jax's compilation_cache.put_executable_and_time -> executable.serialize()), in a
+# different test each time; pytest-xdist then waited for the lost worker for ever. The same tests
+# alone, with the cache, pass. Off, nothing is serialised, and a test compiles as a user's first
+# run does. ``LABCORE_COMPILATION_CACHE`` set in the environment still decides.
+os.environ.setdefault("LABCORE_COMPILATION_CACHE", "0")
 from labcore import compile_cache  # noqa: E402  (does not import jax)
 
 compile_cache.configure()
