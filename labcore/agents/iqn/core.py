@@ -161,6 +161,7 @@ class AgentState:
     epsilon: jax.Array  # [] f32
 
 
+@functools.cache  # one graph definition per config: the loss's three forwards and acting trace with it
 def make_network(config: IQNConfig) -> Functional:
     """The IQN both the local and the target parameters belong to (input width n_frames * obs_size),
     as pure functions of its parameter dict (``labcore.nets.iqn.make_iqn``)."""
