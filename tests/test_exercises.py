@@ -453,7 +453,8 @@ def test_wrong_answer_fails_without_raising(name, capsys):
     assert exercises.check(name, WRONG[name], seed=0) is False
     out = capsys.readouterr().out
     assert out.startswith(f"FAIL  {name}")
-    assert "seed 0" in out and "inputs:" in out
+    # A check against the reference shows the inputs it failed on; a judge says what it tried.
+    assert "seed 0" in out and ("inputs:" in out or exercises.get(name).judge is not None)
 
 
 @pytest.mark.parametrize(

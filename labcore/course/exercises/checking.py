@@ -40,6 +40,12 @@ class Exercise:
     # True for the algorithm's own update or loss (the DQN update, PPO's clipped loss), False for
     # a helper around it; every training notebook sets at least one core exercise.
     core: bool = False
+    # Where the convention is free (how a key is split, which permutation shuffles a batch), the
+    # answer is judged by what it does, not by equality with the reference: ``judge(fn, rng)`` runs
+    # the learner's function on inputs it draws from ``rng`` and returns None, or a sentence saying
+    # what the answer does wrong. ``reference`` and ``make_inputs`` remain one right answer and its
+    # inputs. A classic mistake is named when the judge finds the same fault in it, word for word.
+    judge: Callable[[Callable[..., Any], np.random.Generator], str | None] | None = None
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -174,6 +180,8 @@ def _run_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], r
                 seed: int, n_trials: int, report: Callable[[bool, str], bool]) -> bool:
     import jax
 
+    if exercise.judge is not None:
+        return _run_judged_trials(name, exercise, learner_fn, rng, seed, n_trials, report)
     for trial in range(n_trials):
         args = exercise.make_inputs(rng)
         expected = exercise.reference(*args)
@@ -204,6 +212,56 @@ def _run_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], r
                 )
     checked = " and under jax.jit" if exercise.jit else ""
     return report(True, f"PASS  {name}: matches the reference on {n_trials} random inputs{checked}.")
+
+
+def _ways_to_run(exercise: Exercise, fn: Callable[..., Any]) -> list[tuple[str, Callable[..., Any]]]:
+    import jax
+
+    prepared = fn if exercise.run_with is None else exercise.run_with(fn)
+    return [("", prepared)] + ([(" under jax.jit", jax.jit(prepared))] if exercise.jit else [])
+
+
+def _judge(exercise: Exercise, fn: Callable[..., Any], rng: np.random.Generator) -> str | None:
+    """The judge's verdict on ``fn``: None, or what is wrong (an exception raised is a fault too)."""
+    try:
+        return exercise.judge(fn, rng)
+    except NotImplementedError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
+        return _explain_exception(err)
+
+
+def _run_judged_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], rng: np.random.Generator,
+                       seed: int, n_trials: int, report: Callable[[bool, str], bool]) -> bool:
+    for trial in range(n_trials):
+        start = rng.bit_generator.state  # each way of running, and each mistake, meets the same inputs
+        for index, (how, fn) in enumerate(_ways_to_run(exercise, learner_fn)):
+            rng.bit_generator.state = start
+            try:
+                problem = _judge(exercise, fn, rng)
+            except NotImplementedError:
+                task = exercise.description.splitlines()[0]
+                return report(False, f"WRITE {name}: not written yet. {task}\n      {_ASK}".replace("{name}", name))
+            if problem is None:
+                continue
+            known = None
+            for label, wrong in exercise.mistakes:
+                twin = np.random.default_rng()
+                twin.bit_generator.state = start
+                try:
+                    if _judge(exercise, _ways_to_run(exercise, wrong)[index][1], twin) == problem:
+                        known = label
+                        break
+                except NotImplementedError:
+                    continue
+            return report(
+                False,
+                f"FAIL  {name}: on trial {trial + 1} of {n_trials}{how} (seed {seed}), {problem}."
+                + (f"\n      this is a classic mistake: {known}" if known else "")
+                + f"\n      {_ASK}".replace("{name}", name),
+            )
+    checked = " and under jax.jit" if exercise.jit else ""
+    return report(True, f"PASS  {name}: behaves as it should in {n_trials} trials of random inputs{checked}.")
 
 
 # Hints and worked answers are on request, never printed unasked: the learner tries first.

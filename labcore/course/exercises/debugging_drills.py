@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import jnp_f32
 from labcore.course.exercises.nb05_masked_ppo import gae_reference  # notebook 05's GAE exercise checks the same function
 
@@ -69,6 +70,71 @@ def epsilon_greedy_one_coin(key, q_values, epsilon):
 
 def epsilon_greedy_explore_above(key, q_values, epsilon):
     return epsilon_greedy_variant(key, q_values, epsilon, explore_above=True)
+
+
+def judge_epsilon_greedy_rollout(rollout, rng: np.random.Generator) -> str | None:
+    """Any epsilon-greedy rollout passes, however it splits or folds its keys: no key consumed twice,
+    the greedy action when epsilon = 0, uniform random actions that are fresh at every step and for
+    every env when epsilon = 1, each env exploring on its own coin with probability epsilon, and the
+    draws a function of the key."""
+    # 1. Small shapes, with JAX's key-reuse checker on: a key carried unchanged through the scan, or
+    # one key for the coin and the action, is found whatever the values drawn.
+    key, q_small, epsilon = epsilon_greedy_inputs(rng)
+    problem, actions = behaviour.key_reuse_problem(rollout, key, q_small, epsilon)
+    if problem:
+        return problem
+    problem = behaviour.shape_problem(actions, q_small.shape[:2], "iu", "the actions")
+    if problem:
+        return problem
+    # 2. Large batches for the statistics: T steps of B envs, A actions.
+    steps, envs, num_actions = 40, 64, int(rng.choice([3, 4, 6]))
+    q_values = jnp_f32(rng.normal(size=(steps, envs, num_actions)))
+    greedy = np.asarray(q_values.argmax(axis=-1))
+    key = jax.random.key(int(rng.integers(1 << 30)))
+
+    def run(epsilon, key=key):
+        return np.asarray(rollout(behaviour.copy_key(key), q_values, epsilon))
+
+    if not np.array_equal(run(0.0), greedy):
+        return "with epsilon = 0 the actions are not all argmax(q): exploring must happen with probability epsilon"
+    uniform = run(1.0)
+    if uniform.min() < 0 or uniform.max() >= num_actions:
+        return f"with epsilon = 1 an action {int(uniform.min() if uniform.min() < 0 else uniform.max())} is drawn, " \
+               f"outside 0 .. {num_actions - 1}"
+    repeats = int(np.sum(uniform[1:] == uniform[:-1]))
+    problem = behaviour.frequency_problem(repeats, uniform[1:].size, 1 / num_actions,
+                                          "with epsilon = 1, the fraction of envs repeating their last action")
+    if problem:
+        return problem + ": the steps' draws are not fresh"
+    same_step = int(np.sum(uniform[:, 1:] == uniform[:, :-1]))
+    problem = behaviour.frequency_problem(same_step, uniform[:, 1:].size, 1 / num_actions,
+                                          "with epsilon = 1, the fraction of envs taking their neighbour's action")
+    if problem:
+        return problem + ": the envs share their random actions"
+    for action in range(num_actions):
+        problem = behaviour.frequency_problem(int(np.sum(uniform == action)), uniform.size, 1 / num_actions,
+                                              f"with epsilon = 1, the frequency of action {action}")
+        if problem:
+            return problem + " (random actions are uniform over all A actions; randint's maxval is exclusive)"
+    # 3. Exploring with probability epsilon, each env on its own coin. epsilon stays away from 0.5,
+    # where exploring with probability 1 - epsilon would look the same.
+    epsilon = float(rng.choice([0.2, 0.3, 0.7, 0.8]))
+    mixed = run(epsilon)
+    problem = behaviour.dispersion_problem(np.sum(mixed == greedy, axis=1), envs, 1 - epsilon + epsilon / num_actions,
+                                           f"with epsilon = {epsilon}, the number of envs acting greedily at a step")
+    if problem:
+        return problem + ": the envs share one coin, where each needs its own"
+    problem = behaviour.frequency_problem(int(np.sum(mixed == greedy)), mixed.size,
+                                          1 - epsilon + epsilon / num_actions,
+                                          f"with epsilon = {epsilon}, the fraction of greedy actions")
+    if problem:
+        return problem + " (explore when the coin is below epsilon, that is with probability epsilon)"
+    # 4. The draws are a function of the key.
+    if not np.array_equal(run(1.0), uniform):
+        return "the same key gave two different rollouts: the draws must come from `key` alone"
+    if np.array_equal(run(1.0, jax.random.fold_in(key, 1)), uniform):
+        return "two different keys gave the same random actions: the draws are not made from `key`"
+    return None
 
 
 def td_loss_inputs(rng: np.random.Generator) -> tuple:

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import Exercise, jnp_f32
 
 
@@ -30,6 +31,75 @@ def _dropout_inputs(rng: np.random.Generator) -> tuple:
 
     shape = tuple(rng.integers(1, 9, size=rng.integers(1, 4)))
     return jax.random.key(int(rng.integers(2**31))), jnp_f32(rng.normal(size=shape)), float(rng.choice([0.1, 0.5, 0.8]))
+
+
+def judge_dropout(dropout, rng: np.random.Generator) -> str | None:
+    """Any inverted dropout passes, however it draws its mask from the key: every entry is 0 or
+    x / (1 - rate), kept with probability 1 - rate, each entry with its own draw, the same key giving
+    the same mask and another key another mask."""
+    rate = float(rng.choice([0.1, 0.5, 0.8]))
+    keep = 1.0 - rate
+    # 1. Values, on an input of random shape: each entry is dropped (0) or scaled up by 1 / (1 - rate).
+    (key, x, _) = _dropout_inputs(rng)
+    problem, out = behaviour.key_reuse_problem(dropout, key, x, rate)
+    if problem:
+        return problem
+    problem = behaviour.shape_problem(out, x.shape, "f")
+    if problem:
+        return problem
+    out, x = np.asarray(out), np.asarray(x)
+    kept = out != 0
+    if not np.allclose(out[kept], x[kept] / keep, rtol=1e-5, atol=1e-6):
+        if np.allclose(out[kept], x[kept], rtol=1e-5, atol=1e-6):
+            return ("the kept entries equal x: inverted dropout divides them by 1 - rate, so that the "
+                    "output's expectation is x")
+        if np.allclose(out[kept], x[kept] * keep, rtol=1e-5, atol=1e-6):
+            return "the kept entries are x * (1 - rate): inverted dropout divides by 1 - rate"
+        return f"with rate {rate}, an output entry is neither 0 nor x / (1 - rate)"
+    # 2. Statistics, on a [256, 512] input of ones: 131,072 coins.
+    big = jax.numpy.ones((256, 512), jax.numpy.float32)
+    key = jax.random.key(int(rng.integers(2**31)))
+    mask = np.asarray(dropout(behaviour.copy_key(key), big, rate)) != 0
+    for axis, name in ((0, "row"), (1, "column")):
+        if np.all(mask == np.take(mask, [0], axis=axis)):
+            return (f"every {name} of a [256, 512] input gets the same mask: one coin is shared where each "
+                    "entry needs its own (draw the mask with x's whole shape)")
+    problem = behaviour.frequency_problem(int(mask.sum()), mask.size, keep,
+                                          f"with rate {rate}, the fraction of entries kept")
+    if problem:
+        return problem
+    agree = int(np.sum(mask[1:] == mask[:-1]))
+    problem = behaviour.frequency_problem(agree, mask[1:].size, keep**2 + rate**2,
+                                          "the fraction of entries whose mask equals the next row's")
+    if problem:
+        return problem + ": the rows' masks are not independent"
+    # 3. The mask is a function of the key: the same key again gives it, another key another one.
+    if not np.array_equal(np.asarray(dropout(behaviour.copy_key(key), big, rate)) != 0, mask):
+        return "the same key gave two different masks: the mask must come from `key` alone"
+    other = np.asarray(dropout(jax.random.fold_in(key, 1), big, rate)) != 0
+    if np.array_equal(other, mask):
+        return "two different keys gave the same mask: the mask is not drawn from `key`"
+    return None
+
+
+def dropout_keeping_rate(key, x, rate):
+    return x * jax.random.bernoulli(key, rate, x.shape) / (1.0 - rate)
+
+
+def dropout_unscaled(key, x, rate):
+    return x * jax.random.bernoulli(key, 1.0 - rate, x.shape)
+
+
+def dropout_one_coin_per_column(key, x, rate):
+    return x * jax.random.bernoulli(key, 1.0 - rate, x.shape[-1:]) / (1.0 - rate)
+
+
+def dropout_key_reused_for_halves(key, x, rate):
+    flat = x.reshape(-1)
+    half = flat.size // 2
+    first = jax.random.bernoulli(key, 1.0 - rate, (half,))
+    second = jax.random.bernoulli(key, 1.0 - rate, (flat.size - half,))  # the same key again
+    return (flat * jnp.concatenate([first, second]) / (1.0 - rate)).reshape(x.shape)
 
 
 def _regression_inputs(rng: np.random.Generator) -> tuple:
@@ -122,11 +192,21 @@ def catalogue() -> list[Exercise]:
         Exercise(
             name="dropout",
             description="Inverted dropout: zero entries with probability `rate`, scale the rest by 1/(1-rate).\n"
-            "Draw the keep-mask with jax.random.bernoulli(key, 1 - rate, x.shape); the same key must give "
-            "the same mask as the reference.",
+            "Draw a keep-mask of x's shape from `key`, for example jax.random.bernoulli(key, 1 - rate, x.shape) "
+            "(True with probability 1 - rate). Any way of drawing it from the key passes: the checker looks at "
+            "what the mask does (values 0 or x / (1 - rate), the fraction kept, one coin per entry, the same "
+            "key giving the same mask), not at which draws you made.",
             reference=primitives.dropout,
             solution=dropout_solution,
             make_inputs=_dropout_inputs,
+            judge=judge_dropout,
+            mistakes=(
+                ("keeps each entry with probability `rate` instead of 1 - rate", dropout_keeping_rate),
+                ("the kept entries are not scaled: the output's expectation is (1 - rate) * x", dropout_unscaled),
+                ("one coin per column, shared by every row", dropout_one_coin_per_column),
+                ("one key for two draws: the mask of the first half and of the second half are the same coins",
+                 dropout_key_reused_for_halves),
+            ),
         ),
         Exercise(
             name="linear_regression_grad",

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import Exercise
 
 
@@ -33,6 +34,49 @@ def _replay_inputs(rng: np.random.Generator) -> tuple:
         {"obs": rng.normal(size=(count, 3)).astype(np.float32), "action": rng.integers(1, 4, size=(count,)).astype(np.int32)},
     )
     return state, jax.random.key(int(rng.integers(1 << 30))), int(rng.integers(1, 16))
+
+
+def judge_replay_sample(sample, rng: np.random.Generator) -> str | None:
+    """Any uniform sampler passes, however it draws from the key: each row of the batch is one filled
+    slot with all its leaves, the slots drawn uniformly among the filled ones, the draws a function of
+    the key."""
+    from labcore import replay
+
+    capacity = int(rng.integers(8, 64))
+    filled = int(rng.integers(2, capacity))  # partly full: sampling an empty slot shows
+    slots = np.arange(filled)
+    # Every leaf tells which slot it came from: obs = [slot, 2 slot, 3 slot], action = slot + 1.
+    state = replay.add_batch(
+        replay.init({"obs": np.zeros((3,), np.float32), "action": np.int32(0)}, capacity),
+        {"obs": (slots[:, None] * np.arange(1, 4)).astype(np.float32), "action": (slots + 1).astype(np.int32)},
+    )
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    batch_size = 4096  # about 64 draws or more per filled slot, for the frequencies
+    problem, batch = behaviour.key_reuse_problem(sample, state, behaviour.copy_key(key), batch_size)
+    if problem:
+        return problem
+    if not isinstance(batch, dict) or set(batch) != {"obs", "action"}:
+        return "the batch is not the storage's pytree (a dict with the same keys, each leaf gathered)"
+    for leaf, shape in (("obs", (batch_size, 3)), ("action", (batch_size,))):
+        problem = behaviour.shape_problem(batch[leaf], shape, "fiu", f"batch[{leaf!r}]")
+        if problem:
+            return problem
+    obs, action = np.asarray(batch["obs"]), np.asarray(batch["action"])
+    drawn = obs[:, 0].astype(np.int64)
+    if np.any(action == 0) or np.any(drawn >= filled):
+        return f"the batch holds empty slots: only the first state.size = {filled} of {capacity} slots are filled"
+    if not (np.array_equal(obs, drawn[:, None] * np.arange(1, 4)) and np.array_equal(action, drawn + 1)):
+        return "a row's leaves come from different slots: gather every leaf with the same indices"
+    for slot in range(filled):
+        problem = behaviour.frequency_problem(int(np.sum(drawn == slot)), batch_size, 1 / filled,
+                                              f"the frequency of slot {slot} of {filled} filled")
+        if problem:
+            return problem + ": draw the slots uniformly among the filled ones"
+    if not np.array_equal(np.asarray(sample(state, behaviour.copy_key(key), batch_size)["action"]), action):
+        return "the same key gave two different batches: the draws must come from `key` alone"
+    if np.array_equal(np.asarray(sample(state, jax.random.fold_in(key, 1), batch_size)["action"]), action):
+        return "two different keys gave the same batch: the draws are not made from `key`"
+    return None
 
 
 def _epsilon_inputs(rng: np.random.Generator) -> tuple:
@@ -158,6 +202,19 @@ def replay_sample_solution(state, key, batch_size):
     return jax.tree_util.tree_map(lambda leaf: leaf[indices], state.storage)
 
 
+def replay_sample_among_all_slots(state, key, batch_size):
+    indices = jax.random.randint(key, (batch_size,), 0, state.capacity)
+    return jax.tree_util.tree_map(lambda leaf: leaf[indices], state.storage)
+
+
+def replay_sample_two_index_draws(state, key, batch_size):
+    obs_key, action_key = jax.random.split(key)
+    return {
+        "obs": state.storage["obs"][jax.random.randint(obs_key, (batch_size,), 0, state.size)],
+        "action": state.storage["action"][jax.random.randint(action_key, (batch_size,), 0, state.size)],
+    }
+
+
 def epsilon_schedule_solution(step, start, end, duration):
     fraction = jnp.clip(step / duration, 0.0, 1.0)  # 0 at step 0, 1 from step `duration` on
     return start + fraction * (end - start)
@@ -245,10 +302,18 @@ def catalogue() -> list[Exercise]:
         Exercise(
             name="replay_sample",
             description="Sample a uniform batch from a replay.ReplayState: every leaf of state.storage, gathered.\n"
-            "Draw indices = jax.random.randint(key, (batch_size,), 0, state.size) (only the filled slots), "
-            "then jax.tree_util.tree_map(lambda leaf: leaf[indices], state.storage).",
+            "Draw batch_size slot indices uniformly, with replacement, among the filled slots 0 .. state.size - 1 "
+            "(for example jax.random.randint(key, (batch_size,), 0, state.size)), then gather every leaf with "
+            "them: jax.tree_util.tree_map(lambda leaf: leaf[indices], state.storage). Any way of drawing the "
+            "indices from key passes; the checker looks at what the batch holds and how often each slot comes.",
             reference=replay.sample,
             make_inputs=_replay_inputs,
+            judge=judge_replay_sample,
+            mistakes=(
+                ("samples among all capacity slots, the empty ones too", replay_sample_among_all_slots),
+                ("the observations and the actions are gathered with different indices",
+                 replay_sample_two_index_draws),
+            ),
             solution=replay_sample_solution,
         ),
         Exercise(

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import Exercise, jnp_f32
 
 PMEAN_AXIS = "devices"  # the mesh axis the data-parallel exercises split the batch over
@@ -217,6 +218,45 @@ def device_keys_process_index(seed, process_index, local_device_count):
     return jnp.stack([key] * local_device_count)  # the process's devices all share one stream
 
 
+def device_keys_one_for_all(seed, process_index, local_device_count):
+    key = jax.random.key_data(jax.random.key(seed))
+    return jnp.stack([key] * local_device_count)  # every device of every process: one stream
+
+
+def judge_device_keys(device_keys, rng: np.random.Generator) -> str | None:
+    """Any derivation from the seed passes (fold_in of the global index, a split, a hash): each
+    process's keys of the right shape, no two devices of the whole run sharing a key, the same seed
+    giving the same keys and another seed other keys."""
+    processes, local_device_count = int(rng.integers(2, 6)), int(rng.integers(1, 5))
+    seed = int(rng.integers(0, 2**31))
+    expected = _device_keys_reference(seed, 0, local_device_count)
+
+    def keys_of_every_process(seed):
+        return [np.asarray(device_keys(seed, process, local_device_count)) for process in range(processes)]
+
+    run = keys_of_every_process(seed)
+    for process, keys in enumerate(run):
+        problem = behaviour.shape_problem(keys, expected.shape, "u", f"process {process}'s key data")
+        if problem:
+            return problem + f" (raw key data: jax.random.key_data of {local_device_count} keys, stacked)"
+    if len({row.tobytes() for keys in run for row in keys}) == 1 and processes * local_device_count > 1:
+        return "every device of every process has the same key: the whole run draws one stream"
+    owner = {}
+    for process, keys in enumerate(run):
+        for device, row in enumerate(keys):
+            first = owner.setdefault(row.tobytes(), (process, device))
+            if first != (process, device):
+                return (f"with {processes} processes of {local_device_count} devices, device {device} of process "
+                        f"{process} has the key of device {first[1]} of process {first[0]}: two devices would "
+                        "draw the same numbers")
+    if any(not np.array_equal(a, b) for a, b in zip(run, keys_of_every_process(seed), strict=True)):
+        return "the same seed gave two different sets of keys: a rerun of the same command would differ"
+    other = {row.tobytes() for keys in keys_of_every_process(seed + 1) for row in keys}
+    if other & set(owner):
+        return "another seed gave some of the same keys: every key must be derived from the seed"
+    return None
+
+
 def _process_rows_inputs(rng: np.random.Generator) -> tuple:
     processes = int(rng.integers(2, 9))
     return int(processes * rng.integers(1, 65)), int(rng.integers(0, processes)), processes
@@ -292,12 +332,14 @@ def catalogue() -> list[Exercise]:
             name="device_keys",
             description="The raw PRNG key data of every LOCAL device of one process: (seed, process_index, "
             "local_device_count) -> uint32 [local_device_count, 2].\n"
-            "Global device index = process_index * local_device_count + d; device d's key is "
-            "jax.random.fold_in(jax.random.key(seed), global_index); return jax.random.key_data of each, stacked. "
-            "Every process derives its keys from the one seed, so the same command twice gives the same run, and "
-            "no two devices share a stream.",
+            "Global device index = process_index * local_device_count + d; device d's key can be "
+            "jax.random.fold_in(jax.random.key(seed), global_index) (what labcore.distributed does); return "
+            "jax.random.key_data of each, stacked. Every process derives its keys from the one seed, so the same "
+            "command twice gives the same run, and no two devices share a stream. Any derivation with those two "
+            "properties passes: the checker asks every process of a run for its keys and compares them all.",
             reference=_device_keys_reference,
             make_inputs=_device_keys_inputs,
+            judge=judge_device_keys,
             rtol=0.0,
             atol=0.0,
             solution=device_keys_solution,
@@ -306,6 +348,7 @@ def catalogue() -> list[Exercise]:
                  device_keys_local_index),
                 ("folding in the process index only: all devices of a process share one stream",
                  device_keys_process_index),
+                ("the seed's key itself on every device: one stream for the whole run", device_keys_one_for_all),
             ),
         ),
         Exercise(

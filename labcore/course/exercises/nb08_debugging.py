@@ -142,15 +142,16 @@ def catalogue() -> list[Exercise]:
         Exercise(
             name="fix_reused_key",
             description="Fix epsilon_greedy_rollout(key, q_values, epsilon): q_values [T, B, A] float32 -> actions [T, B] "
-            "int32, epsilon-greedy at every step of a jax.lax.scan; the version handed out reuses a PRNG key. "
-            "Convention: at every step, key, coin_key, action_key = jax.random.split(key, 3); explore = "
-            "jax.random.uniform(coin_key, (B,)) < epsilon; random actions = jax.random.randint(action_key, (B,), 0, A); "
-            "jnp.where(explore, random, argmax); carry key to the next step.\n"
+            "int32, epsilon-greedy at every step of a jax.lax.scan; the version handed out reuses a PRNG key.\n"
             "A key that is never replaced gives the same numbers every time it is used: look at what the scan "
             "carries from one step to the next. With epsilon = 1, a right answer repeats an env's action at "
-            "the next step about 1/A of the time; the broken one always does.",
+            "the next step about 1/A of the time; the broken one always does. Any way of making fresh keys "
+            "passes (split the carried key into three, split twice, fold in a step counter): the checker runs "
+            "your rollout with JAX's key-reuse checker on (jax.debug_key_reuse) and looks at what it draws.",
             reference=drills.epsilon_greedy_reference,
             make_inputs=drills.epsilon_greedy_inputs,
+            judge=drills.judge_epsilon_greedy_rollout,
+            trials=2,  # each trial runs seven probes, its statistics over 2,560 actions each
             jit=True,
             solution=drills.fix_reused_key_solution,
             mistakes=(
