@@ -91,6 +91,10 @@ def _describe_value(value: Any) -> str:
 
     if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
         return "a PRNG key"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a config: the fields it sets
+        changed = [f"{field.name}={getattr(value, field.name)!r}" for field in dataclasses.fields(value)
+                   if field.default is not dataclasses.MISSING and getattr(value, field.name) != field.default]
+        return f"{type(value).__name__}({', '.join(changed)})"
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return f"array{tuple(value.shape)} {value.dtype}"
     import jax.tree_util as jtu

@@ -1,8 +1,9 @@
-"""Notebook 02 (jit_scan_vmap): a training loop as one lax.scan, and per-example losses and gradients
-with vmap."""
+"""Notebook 02 (jit_scan_vmap): DQN's scan step (act, store, learn) written by the learner, a training
+loop as one lax.scan, and per-example losses and gradients with vmap."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -114,6 +115,156 @@ def scan_training_loop_reversed(params, xs, ys, learning_rate):
 
 
 # ----------------------------------------------------------------------------------------------
+# dqn_scan_step: one agent step of DQN as the body of a lax.scan, from labcore's pieces.
+#
+# carry = (train_state, buffer, env_state, obs, step); keys = (act_key, env_key, sample_key), this
+# step's keys, given as the scan's xs so that the learner's body and labcore's draw the same numbers.
+# The checker scans the learner's body over SCAN_STEPS steps, jitted, and compares the final carry and
+# the losses with labcore's.
+
+SCAN_STEPS = 16
+
+
+@functools.cache
+def _scan_step_agent(num_envs: int, buffer_size: int, learning_starts: int):
+    from labcore import envs
+    from labcore.agents.dqn import core as dqn
+    from labcore.agents.dqn.agent import make_dqn
+
+    config = dqn.DQNConfig(
+        env_id="CartPole-v1", hidden_sizes=(16,), num_envs=num_envs, train_frequency=num_envs, batch_size=8,
+        buffer_size=buffer_size, learning_starts=learning_starts, total_steps=40 * num_envs,
+        exploration_fraction=0.5,  # epsilon falls during the check: an epsilon from the wrong step shows
+        target_update_frequency=4 * num_envs, learning_rate=1e-2,
+    )
+    env, env_params = envs.make_jax_env(config.env_id)
+    return config, make_dqn(config, env=env, env_params=env_params), env, env_params
+
+
+def _dqn_scan_step_inputs(rng: np.random.Generator) -> tuple:
+    from labcore import replay
+
+    # num_envs >= 2: counting one step per env step instead of num_envs shows only then
+    num_envs = int(rng.choice([2, 4]))
+    config, agent, env, env_params = _scan_step_agent(num_envs, int(rng.choice([32, 64])), num_envs * int(rng.integers(2, 6)))
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    params_key, reset_key, steps_key = jax.random.split(key, 3)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    carry = (agent.init(params_key), replay.init(agent.example, config.buffer_size), env_state, obs, jnp.int32(0))
+    act_keys, env_keys, sample_keys = (jax.random.split(k, SCAN_STEPS) for k in jax.random.split(steps_key, 3))
+    return carry, (act_keys, env_keys, sample_keys), agent, config
+
+
+def dqn_scan_step_reference(carry, keys, agent, config):
+    """labcore's jitted DQN, one agent step of ``labcore.agents.dqn.scan`` with train_frequency = num_envs
+    (tests/test_exercises.py checks that scanning it reproduces ``scan.make_parts``'s iterations)."""
+    from labcore import replay
+    from labcore.agents.dqn import core as dqn
+
+    train_state, buffer, env_state, obs, step = carry
+    act_key, env_key, sample_key = keys
+    epsilon = dqn.linear_epsilon(step, config)
+    env_state, next_obs, transitions, _ = agent.collect(train_state.params, env_state, obs, epsilon, act_key, env_key)
+    buffer = replay.add_batch(buffer, transitions)
+    step = step + config.num_envs
+
+    def learn(train_state):
+        train_state, metrics = agent.learn(train_state, replay.sample(buffer, sample_key, config.batch_size))
+        return train_state, metrics["loss"]
+
+    train_state, loss = jax.lax.cond(step > config.learning_starts, learn, lambda s: (s, jnp.float32(0.0)), train_state)
+    return (train_state, buffer, env_state, next_obs, step), loss
+
+
+def _scanned(step_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """How the checker runs a scan step: jitted, scanned over the SCAN_STEPS steps' keys."""
+
+    def run(carry, keys, agent, config):
+        def body(carry, step_keys):
+            return step_fn(carry, step_keys, agent, config)
+
+        return jax.jit(lambda carry, keys: jax.lax.scan(body, carry, keys))(carry, keys)
+
+    return run
+
+
+def _dqn_scan_reference(carry, keys, agent, config):
+    """What the checker compares with: the reference step scanned over every step's keys."""
+    return _scanned(dqn_scan_step_reference)(carry, keys, agent, config)
+
+
+def dqn_scan_step_solution(carry, keys, agent, config):
+    from labcore import replay
+    from labcore.agents.dqn import core as dqn
+
+    train_state, buffer, env_state, obs, step = carry
+    act_key, env_key, sample_key = keys
+    # act and step every env, with the parameters and the epsilon of this step
+    epsilon = dqn.linear_epsilon(step, config)
+    env_state, next_obs, transitions, done = agent.collect(
+        train_state.params, env_state, obs, epsilon, act_key, env_key)
+    # store first: the update may sample the transitions just made
+    buffer = replay.add_batch(buffer, transitions)
+    step = step + config.num_envs  # agent steps: one per env
+
+    def update(train_state):
+        batch = replay.sample(buffer, sample_key, config.batch_size)
+        new_state, metrics = agent.learn(train_state, batch)
+        return new_state, metrics["loss"]
+
+    def wait(train_state):
+        return train_state, jnp.zeros((), jnp.float32)
+
+    # a Python `if` cannot branch on a traced step: lax.cond compiles both branches, runs one
+    learning = step > config.learning_starts
+    train_state, loss = jax.lax.cond(learning, update, wait, train_state)
+    return (train_state, buffer, env_state, next_obs, step), loss
+
+
+def _scan_step_variant(carry, keys, agent, config, *, learn_first=False, keep_obs=False, warm_up=True,
+                       count_env_steps=False, act_with_target=False):
+    from labcore import replay
+    from labcore.agents.dqn import core as dqn
+
+    train_state, buffer, env_state, obs, step = carry
+    act_key, env_key, sample_key = keys
+    acting = train_state.target_params if act_with_target else train_state.params
+    env_state, next_obs, transitions, _ = agent.collect(acting, env_state, obs, dqn.linear_epsilon(step, config),
+                                                        act_key, env_key)
+    step = step + (1 if count_env_steps else config.num_envs)
+    sampled_from = buffer if learn_first else replay.add_batch(buffer, transitions)
+    buffer = replay.add_batch(buffer, transitions)
+
+    def learn(train_state):
+        train_state, metrics = agent.learn(train_state, replay.sample(sampled_from, sample_key, config.batch_size))
+        return train_state, metrics["loss"]
+
+    learning = (step > config.learning_starts) if warm_up else jnp.bool_(True)
+    train_state, loss = jax.lax.cond(learning, learn, lambda s: (s, jnp.float32(0.0)), train_state)
+    return (train_state, buffer, env_state, obs if keep_obs else next_obs, step), loss
+
+
+def dqn_scan_step_learns_before_storing(carry, keys, agent, config):
+    return _scan_step_variant(carry, keys, agent, config, learn_first=True)
+
+
+def dqn_scan_step_keeps_the_first_obs(carry, keys, agent, config):
+    return _scan_step_variant(carry, keys, agent, config, keep_obs=True)
+
+
+def dqn_scan_step_without_warm_up(carry, keys, agent, config):
+    return _scan_step_variant(carry, keys, agent, config, warm_up=False)
+
+
+def dqn_scan_step_counts_env_steps(carry, keys, agent, config):
+    return _scan_step_variant(carry, keys, agent, config, count_env_steps=True)
+
+
+def dqn_scan_step_acts_with_the_target(carry, keys, agent, config):
+    return _scan_step_variant(carry, keys, agent, config, act_with_target=True)
+
+
+# ----------------------------------------------------------------------------------------------
 # vmap_loss and per_example_grads: one example's function, batched with vmap.
 
 
@@ -170,6 +321,40 @@ def per_example_grads_of_the_batch_mean(w, b, xs, ys):
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
     return [
+        Exercise(
+            name="dqn_scan_step",
+            description="One agent step of DQN as the body of a jax.lax.scan: (carry, keys, agent, config) -> (carry, "
+            "loss), with carry = (train_state, buffer, env_state, obs, step) and keys = (act_key, env_key, sample_key), "
+            "this step's keys. Act and step every env, store the transitions, then learn once the buffer holds MORE "
+            "than config.learning_starts transitions; loss is 0.0 while it does not.\n"
+            "Use labcore's pieces: epsilon = dqn.linear_epsilon(step, config) (the step BEFORE this one); "
+            "agent.collect(train_state.params, env_state, obs, epsilon, act_key, env_key) -> (env_state, next_obs, "
+            "transitions, done); buffer = replay.add_batch(buffer, transitions) BEFORE sampling; step grows by "
+            "config.num_envs (one agent step per env); the update is agent.learn(train_state, replay.sample(buffer, "
+            "sample_key, config.batch_size)) -> (train_state, metrics) with metrics['loss']. The step is traced, so "
+            "a Python `if` cannot test it: jax.lax.cond(pred, learn_fn, skip_fn, train_state) runs one branch. "
+            "The checker scans your step over 16 steps, jitted, and compares the final carry and the 16 losses "
+            "with labcore's jitted DQN (labcore.agents.dqn.scan).",
+            reference=_dqn_scan_reference,
+            make_inputs=_dqn_scan_step_inputs,
+            run_with=_scanned,
+            trials=2,  # each trial compiles the whole scanned step for a new config (a few seconds on a CPU)
+            rtol=1e-5,
+            atol=1e-6,
+            solution=dqn_scan_step_solution,
+            mistakes=(
+                ("learns before storing: the update samples the buffer without this step's transitions",
+                 dqn_scan_step_learns_before_storing),
+                ("next_obs is not carried: every step acts on the same observations", dqn_scan_step_keeps_the_first_obs),
+                ("no warm-up: the updates start at the first step, sampling a buffer that is almost empty",
+                 dqn_scan_step_without_warm_up),
+                ("the step counts env steps, not agent steps (num_envs per env step): epsilon and the warm-up run "
+                 "num_envs times too slow", dqn_scan_step_counts_env_steps),
+                ("acts with the target network's parameters, which lag the online ones",
+                 dqn_scan_step_acts_with_the_target),
+            ),
+            core=True,
+        ),
         Exercise(
             name="scan_training_loop",
             description="T steps of SGD on a linear model as one jax.lax.scan: params {'w': [D], 'b': []}, "
