@@ -304,6 +304,8 @@ def weighted_gradient_mean_not_normalised(shard_means, counts):
 
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
+    from labcore.course.exercises import data_parallel_dqn  # it builds on this module's meshes
+
     return [
         Exercise(
             name="shard_map_pmean",
@@ -326,6 +328,27 @@ def catalogue() -> list[Exercise]:
                 ("the shard's loss summed over its rows instead of averaged: a step B / n times too large",
                  shard_map_pmean_summed_loss),
             ),
+        ),
+        Exercise(
+            name="data_parallel_dqn_update",
+            description="The data-parallel DQN gradient step each device runs under jax.shard_map (mesh axis "
+            f"'{PMEAN_AXIS}'): (params, target_params, opt_state, batch, loss_fn, optimizer) -> (params, opt_state, "
+            "loss), with params, target_params and opt_state replicated and batch (a dqn.Transition) this device's "
+            "shard.\n"
+            "loss_fn(params, target_params, batch) is DQN's TD loss, a mean over the shard's rows; take "
+            "jax.value_and_grad of it with respect to params, average the gradient AND the loss over the devices "
+            f"with jax.lax.pmean(..., '{PMEAN_AXIS}'), then updates, opt_state = optimizer.update(grads, opt_state, "
+            "params) and params = optax.apply_updates(params, updates). Every replica must end with what one "
+            "device computes on the whole batch (labcore.agents.dqn.core.make_update with axis_name does this). "
+            "The optimizer is Adam: averaging the parameters after each device's own step is not the same.",
+            reference=data_parallel_dqn.reference,
+            make_inputs=data_parallel_dqn.inputs,
+            run_with=data_parallel_dqn.run_on_every_device,
+            trials=3,
+            rtol=1e-5,
+            atol=1e-6,
+            solution=data_parallel_dqn.solution,
+            mistakes=data_parallel_dqn.MISTAKES,
             core=True,
         ),
         Exercise(
