@@ -78,3 +78,57 @@ def test_dqn_scan_step_accepts_another_right_answer_and_explains_a_python_if(cap
     assert exercises.check("dqn_scan_step", dqn_scan_step_with_where, seed=0), capsys.readouterr().out
     assert not exercises.check("dqn_scan_step", dqn_scan_step_with_a_python_if, seed=0)
     assert "TracerBoolConversionError" in capsys.readouterr().out
+
+
+def data_parallel_update_with_psum_over_count(params, target_params, opt_state, batch, loss_fn, optimizer):
+    # Another right answer: one flat all-reduce (as labcore's make_update), a psum divided by the count.
+    loss, grads = jax.value_and_grad(loss_fn)(params, target_params, batch)
+    flat, unflatten = jax.flatten_util.ravel_pytree((loss, grads))
+    devices = jax.lax.psum(1, "devices")
+    loss, grads = unflatten(jax.lax.psum(flat, "devices") / devices)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return jax.tree_util.tree_map(lambda p, u: p + u, params, updates), opt_state, loss
+
+
+def test_data_parallel_dqn_update_accepts_another_right_answer(capsys):
+    assert exercises.check("data_parallel_dqn_update", data_parallel_update_with_psum_over_count, seed=0), \
+        capsys.readouterr().out
+
+
+def iqn_train_step_with_take_along_axis(params, target_params, opt_state, batch, key, config):
+    # Another right answer: gathers with take_along_axis, the weight built from the sign, optax's Huber.
+    import optax
+
+    from labcore.agents.iqn import core as iqn
+
+    network = iqn.make_network(config)
+    draws = iqn.loss_randomness(key, batch.states.shape[0], config)
+
+    def at(quantiles, actions):  # [B, N, A], [B] -> [B, N]
+        return jnp.take_along_axis(quantiles, actions[:, None, None], axis=2)[:, :, 0]
+
+    def loss_fn(params):
+        best = jnp.argmax(jnp.mean(network.apply(params, batch.next_states, draws.taus_next, draws.key_next), 1), -1)
+        z_next = at(network.apply(target_params, batch.next_states, draws.taus_target, draws.key_target), best)
+        discount = (config.gamma**config.n_step) * (1.0 - batch.dones)
+        targets = jax.lax.stop_gradient(batch.rewards + discount * z_next)
+        predicted = at(network.apply(params, batch.states, draws.taus_expected, draws.key_expected), batch.actions[:, 0])
+        td = jnp.expand_dims(targets, 1) - jnp.expand_dims(predicted, 2)
+        weight = jnp.where(td < 0, 1.0 - draws.taus_expected, draws.taus_expected)
+        return jnp.mean(weight * optax.huber_loss(td, delta=1.0) * batch.valid[..., None])
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = iqn.make_optimizer(config).update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    target_params = optax.incremental_update(params, target_params, config.target_update_rate)
+    return params, target_params, opt_state, loss
+
+
+def test_iqn_train_step_accepts_another_right_answer(capsys):
+    assert exercises.check("iqn_train_step", iqn_train_step_with_take_along_axis, seed=0), capsys.readouterr().out
+
+
+def test_the_new_core_exercises_are_the_algorithms_and_the_old_ones_warm_ups():
+    core = {name for name in exercises.names() if exercises.get(name).core}
+    assert {"dqn_scan_step", "data_parallel_dqn_update", "iqn_train_step"} <= core
+    assert not {"scan_training_loop", "shard_map_pmean", "noisy_linear"} & core  # stand-ins kept as warm-ups

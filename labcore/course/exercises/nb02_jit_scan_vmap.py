@@ -379,7 +379,6 @@ def catalogue() -> list[Exercise]:
                 ("the scan runs backwards (reverse=True): training starts from the last batch",
                  scan_training_loop_reversed),
             ),
-            core=True,
         ),
         Exercise(
             name="vmap_loss",

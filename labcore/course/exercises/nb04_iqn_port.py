@@ -1,7 +1,8 @@
-"""Notebook 04 (iqn_port): the IQN port (NoisyLinear, the quantile Huber loss, the frame buffer's ring).
+"""Notebook 04 (iqn_port): the IQN port (NoisyLinear, the quantile Huber loss, the update, the frame buffer's ring).
 
-The NoisyLinear forward is the core exercise: the layer that makes the port's exploration, checked
-against the PyTorch reference layer in both modes. Below the exercises' inputs and references come
+The core exercise is the port's whole update, ``iqn_train_step`` (checked against labcore's
+``train_step``; its pieces are in ``iqn_train_step_checks``). The NoisyLinear forward, the layer that
+makes the port's exploration, is checked against the PyTorch reference layer in both modes. Below the exercises' inputs and references come
 the worked solutions (shown by ``labcore.course.exercises.solution(name)``) and the classic mistakes that
 ``check`` names when an answer reproduces one.
 """
@@ -201,6 +202,8 @@ def _current_state_without_the_wrap(states, idx, n_frames):
 
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
+    from labcore.course.exercises import iqn_train_step_checks
+
     return [
         Exercise(
             name="noisy_linear",
@@ -229,7 +232,6 @@ def catalogue() -> list[Exercise]:
                 ("the weight noise added to the output (summed over inputs, not multiplied by x)",
                  _noisy_linear_noise_on_the_output),
             ),
-            core=True,
         ),
         Exercise(
             name="quantile_huber_loss",
@@ -253,6 +255,30 @@ def catalogue() -> list[Exercise]:
                  _quantile_huber_without_the_quantile_weight),
                 ("the indicator flipped: 1{td > 0} instead of 1{td < 0}", _quantile_huber_indicator_flipped),
             ),
+        ),
+        Exercise(
+            name="iqn_train_step",
+            description="The port's whole update: (params, target_params, opt_state, batch, key, config) -> (params, "
+            "target_params, opt_state, loss), the loss measured before the step.\n"
+            "network = iqn.make_network(config); network.apply(params, x [B, F], taus [B, N, 1], noise_key) -> "
+            "quantiles [B, N, A]. draws = iqn.loss_randomness(key, B, config) gives the taus (taus_next, taus_target, "
+            "taus_expected) and noise keys (key_next, key_target, key_expected) of the three forwards. a* = argmax of "
+            "the LOCAL network's mean over the quantiles on next_states (double DQN); the targets are rewards + "
+            "gamma ** n_step * Z_target(s', a*) * (1 - dones), [B, N]; the predictions are the local network's "
+            "quantiles on states at the stored actions, [B, N]; td[b, i, j] = target_j - predicted_i; the loss is "
+            "the MEAN of |tau_i - 1{td < 0}| * huber(td) * valid over all B x N x N (kappa 1, tau_i from "
+            "taus_expected). Then iqn.make_optimizer(config) (gradient clipping, then Adam) and the soft update "
+            "target <- rate * params + (1 - rate) * target with rate = config.target_update_rate. The checker jits "
+            "your function (config static) and compares all four outputs with labcore.agents.iqn.core.train_step.",
+            reference=iqn_train_step_checks.reference,
+            make_inputs=iqn_train_step_checks.inputs,
+            run_with=iqn_train_step_checks.run_jitted,
+            trials=2,  # each trial compiles two whole updates (yours and labcore's): seconds on a CPU
+            rtol=1e-5,
+            atol=1e-6,
+            solution=iqn_train_step_checks.solution,
+            mistakes=iqn_train_step_checks.MISTAKES,
+            core=True,
         ),
         Exercise(
             name="current_state",
