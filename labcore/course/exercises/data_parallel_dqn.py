@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from labcore.course.exercises.nb03_distributed import PMEAN_AXIS, _draw_mesh, _refuse_small
+from labcore.course.exercises.meshes import PMEAN_AXIS, draw_mesh, refuse_small
 
 OBS_SIZE, NUM_ACTIONS = 4, 3
 
@@ -44,7 +44,7 @@ def parts():
 def inputs(rng: np.random.Generator) -> tuple:
     from labcore.agents.dqn.core import Transition
 
-    mesh = _draw_mesh(rng)
+    mesh = draw_mesh(rng)
     network, _, optimizer = parts()
     keys = jax.random.split(jax.random.key(int(rng.integers(1 << 30))), 2)
     params = network.init(keys[0], jnp.zeros((1, OBS_SIZE)))
@@ -82,7 +82,7 @@ def run_on_every_device(step):
     from jax.sharding import PartitionSpec as P
 
     def run(params, target_params, opt_state, batch, mesh):
-        _refuse_small(mesh)
+        refuse_small(mesh)
         _, loss_fn, optimizer = parts()
 
         def per_device(params, target_params, opt_state, batch):

@@ -1,10 +1,11 @@
 """Notebook 03 (distributed): the data-parallel step on a mesh of devices, a global batch assembled
 from per-device blocks, and the bookkeeping of a multi-process run (keys, rows, weighted means).
 
-Two exercises depend on the device count: ``shard_map_pmean`` and ``global_batch_array``. On one
+Three exercises depend on the device count: ``shard_map_pmean``, ``data_parallel_dqn_update`` and
+``global_batch_array``. On one
 device a collective changes nothing and a whole batch on one device is trivially "sharded", so a
-wrong answer would pass; their checkers build a mesh of at least 2 CPU devices and, where this
-process has fewer, refuse: the check fails with the reason and the fix instead of passing.
+wrong answer would pass; their checkers build a mesh of at least 2 CPU devices (``meshes``) and,
+where this process has fewer, refuse: the check fails with the reason and the fix instead of passing.
 """
 
 from __future__ import annotations
@@ -16,48 +17,14 @@ import numpy as np
 from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import Exercise, jnp_f32
 
-PMEAN_AXIS = "devices"  # the mesh axis the data-parallel exercises split the batch over
-MIN_DEVICES = 2  # a collective over fewer devices cannot tell a right answer from a wrong one
-MAX_DEVICES = 8
-
-CPU_DEVICES_NEEDED = (
-    "this check needs a mesh of at least {needed} devices and this process has {have} CPU device(s): "
-    "on one device a collective changes nothing and a batch on one device counts as sharded, so a wrong "
-    "answer would pass. Set XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported "
-    "(notebook 03's set-up cell does; restart the kernel if jax was imported first)"
-)
-
-
-class NotEnoughDevices(RuntimeError):
-    """The check cannot tell right from wrong on this few devices (see CPU_DEVICES_NEEDED)."""
-
-
-def _refuse_small(mesh) -> None:
-    if mesh.size < MIN_DEVICES:
-        raise NotEnoughDevices(CPU_DEVICES_NEEDED.format(needed=MIN_DEVICES, have=len(jax.devices("cpu"))))
-
-
-def _draw_mesh(rng: np.random.Generator, shuffled: bool = False):
-    """A 1-D mesh named PMEAN_AXIS over 2 to 8 of this process's CPU devices (a random count, so an
-    answer hard-wired to one count fails); shuffled: the devices in an order other than
-    jax.devices("cpu"), as jax.make_mesh may order a TPU's chips by their physical layout.
-    A process with one CPU device gets a one-device mesh, which the checkers refuse."""
-    from jax.sharding import Mesh
-
-    cpus = jax.devices("cpu")
-    count = int(rng.integers(MIN_DEVICES, min(MAX_DEVICES, len(cpus)) + 1)) if len(cpus) >= MIN_DEVICES else 1
-    order = np.arange(count)
-    while shuffled and count > 1 and np.array_equal(order, np.arange(count)):
-        order = rng.permutation(count)
-    return Mesh(np.array([cpus[i] for i in order]), (PMEAN_AXIS,))
-
+from labcore.course.exercises.meshes import PMEAN_AXIS, draw_mesh, refuse_small
 
 # ----------------------------------------------------------------------------------------------
 # shard_map_pmean: the data-parallel SGD step, run on every device of a mesh.
 
 
 def _sgd_step_inputs(rng: np.random.Generator) -> tuple:
-    mesh = _draw_mesh(rng)
+    mesh = draw_mesh(rng)
     features, rows_per_device = int(rng.integers(2, 9)), int(rng.integers(2, 9))
     batch = mesh.size * rows_per_device
     return (
@@ -82,7 +49,7 @@ def _run_under_shard_map(step):
     from jax.sharding import PartitionSpec as P
 
     def run(w, xs, ys, learning_rate, mesh):
-        _refuse_small(mesh)
+        refuse_small(mesh)
 
         def per_device(w, x, y):
             return jnp.asarray(step(w, x, y, learning_rate))[None]  # [1, D] here, [devices, D] outside
@@ -126,7 +93,7 @@ def shard_map_pmean_summed_loss(w, xs, ys, learning_rate):
 
 
 def _global_batch_inputs(rng: np.random.Generator) -> tuple:
-    mesh = _draw_mesh(rng, shuffled=True)
+    mesh = draw_mesh(rng, shuffled=True)
     rows, features = int(rng.integers(1, 5)), int(rng.integers(1, 6))
     blocks = [rng.normal(size=(rows, features)).astype(np.float32) for _ in range(mesh.size)]
     return blocks, mesh
@@ -150,7 +117,7 @@ def _placement(array, mesh) -> dict:
 
 def _run_and_locate(build):
     def run(blocks, mesh):
-        _refuse_small(mesh)
+        refuse_small(mesh)
         return _placement(build(blocks, mesh), mesh)
 
     return run
@@ -304,7 +271,7 @@ def weighted_gradient_mean_not_normalised(shard_means, counts):
 
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
-    from labcore.course.exercises import data_parallel_dqn  # it builds on this module's meshes
+    from labcore.course.exercises import data_parallel_dqn
 
     return [
         Exercise(
