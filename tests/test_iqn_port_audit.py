@@ -1,4 +1,4 @@
-"""The mistakes a first PyTorch-to-Flax port of the IQN learner easily makes, and where labcore avoids each.
+"""The mistakes a PyTorch-to-Flax port of the IQN learner can make, and where labcore avoids each.
 
 Notebook 04 teaches the fix of each where it arises and names them all in its appendix; ``PITFALLS``
 below is the list with, for each, the labcore code that avoids it and the tests that fail if it

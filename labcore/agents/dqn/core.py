@@ -62,9 +62,9 @@ class DQNConfig:
     exploration_fraction: float = 0.5  # fraction of total_steps over which epsilon decays
     double_dqn: bool = False
     max_grad_norm: float | None = None  # None: no clipping
-    # 'mse' (0.5 td^2) for unclipped rewards such as CartPole's: with Huber's clipped gradient,
-    # Adam cannot pull overestimated values back fast enough and Q diverges there.
-    # 'huber' (the Nature DQN's error clipping) for Atari's rewards clipped to [-1, 1].
+    # 'mse' (0.5 td^2), the default for unclipped rewards such as CartPole's: its gradient grows with
+    # the error, where Huber's stops at huber_delta. 'huber' is the Nature DQN's error clipping to
+    # [-1, 1] (Mnih et al. 2015, Methods), made for Atari's rewards clipped to [-1, 1].
     td_loss: str = "mse"
     huber_delta: float = 1.0
     num_envs: int = 1  # envs stepped together; each step adds num_envs transitions
@@ -80,7 +80,7 @@ class DQNConfig:
     # frames stored once take about 7.1 KB per transition (1M: 7.1 GB; frame_replay.bytes_needed),
     # so a GPU of 8 GiB or less keeps 250k (1.8 GB) and a T4 (15 GB, of which JAX preallocates 75%)
     # 500k (3.6 GB), leaving room for the network and XLA's scratch space. On a CPU the buffer is
-    # in host memory (Colab's CPU runtime has about 12.7 GB: 1M frames fit) and the cost is
+    # in host memory (1M frames need 7.1 GB of it) and the cost is
     # arithmetic per update (batch x layer widths) and per env step on few cores. TPU v5e (16 GiB)
     # and large GPUs keep the config.
     DEVICE_SIZES = devices.DeviceSizes(

@@ -73,9 +73,9 @@ class PPOConfig:
     seed: int = 0
 
     # What devices.auto_tune shrinks this config to, per device class. The batch (num_envs x
-    # num_steps) is what fills memory: the rollout and its gradients scale with it. On Colab a T4
-    # (15 GB) ran out of memory compiling 256 envs x 128 steps x 256 units; 64 x 128 x 256 fits,
-    # and 32 x 64 x 128 is the size for GPUs of 8 GiB or less. On a CPU the network's matmuls are
+    # num_steps) is what fills memory: the rollout and its gradients scale with it. The ceilings are
+    # sizes with headroom, not measured limits: 64 envs x 128 steps x 256 units for a T4 (16 GB),
+    # 32 x 64 x 128 for GPUs of 8 GiB or less. On a CPU the network's matmuls are
     # the cost (about 6.5 MFLOP per env step at 256 units), so a few cores want 128 units and a
     # 64-env batch to keep updates frequent. A TPU v5e chip (16 GiB of HBM) and large GPUs keep the
     # defaults. num_minibatches must keep dividing the batch.
