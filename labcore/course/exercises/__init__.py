@@ -19,7 +19,9 @@ notebook order, so ``names()`` lists the exercises in the order a reader meets t
 
 ``hint(name)`` and ``solution(name)`` show a hint and a worked answer on request (neither is
 printed unasked: a failing check names the classic mistake it sees, if any, and says how to ask); ``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
-notebook. ``python -m labcore exercises`` lists every exercise.
+notebook. ``quiz(lesson)`` shows the questions that end a lesson and ``quiz(lesson, answers)`` checks
+them, every answer explained (``labcore.course.exercises.quizzing``). ``python -m labcore exercises`` lists
+every exercise.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from labcore.course.exercises.checking import (
     Exercise, InputMaker, check, first_mismatch, get, hint, names, progress, register, solution,
 )
 from labcore.course.exercises.nb03_distributed import PMEAN_AXIS
+from labcore.course.exercises.quizzing import quiz
 
-__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "register", "solution"]
+__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "quiz",
+           "register", "solution"]
 
 # Notebook order: names() lists the exercises in the order a reader meets them.
 NOTEBOOK_MODULES = tuple(
