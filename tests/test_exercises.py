@@ -508,18 +508,18 @@ def test_shape_mismatch_is_reported(capsys):
 def test_checks_use_fresh_inputs_unless_seeded():
     drawn = []
 
-    def spy(key, x, rate):  # dropout is checked eagerly only, so x is a concrete array here
+    def spy(key, x, rate):  # dropout's judge calls it eagerly, so x is a concrete array here
         drawn.append(np.asarray(x))
         return primitives.dropout(key, x, rate)
 
-    exercises.check("dropout", spy, trials=1, verbose=False)
-    exercises.check("dropout", spy, trials=1, verbose=False)
-    assert len(drawn) == 2
-    assert drawn[0].shape != drawn[1].shape or not np.array_equal(drawn[0], drawn[1])
-    drawn.clear()
-    exercises.check("dropout", spy, trials=1, seed=7, verbose=False)
-    exercises.check("dropout", spy, trials=1, seed=7, verbose=False)
-    np.testing.assert_array_equal(drawn[0], drawn[1])
+    def first_input_of_a_check(**seeded):
+        drawn.clear()
+        exercises.check("dropout", spy, trials=1, verbose=False, **seeded)
+        return drawn[0]  # the judge's first probe: an input of random shape and values
+
+    first, second = first_input_of_a_check(), first_input_of_a_check()
+    assert first.shape != second.shape or not np.array_equal(first, second)
+    np.testing.assert_array_equal(first_input_of_a_check(seed=7), first_input_of_a_check(seed=7))
 
 
 def test_unknown_exercise_raises_with_the_known_names():

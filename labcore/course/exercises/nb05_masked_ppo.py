@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from labcore.course.exercises.checking import Exercise, jnp_f32
+from labcore.course.exercises.ppo_epoch_checks import epoch_in_order, epoch_judge
 
 # ----------------------------------------------------------------------------------------------
 # Inputs shared by the masked-policy exercises.
@@ -259,22 +260,10 @@ def _warmed_up_state(params, grads):
 
 
 def _update_epoch_reference(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
-    batch_size = jax.tree_util.tree_leaves(batch)[0].shape[0]
-    order = jax.random.permutation(key, batch_size)
-
-    def to_minibatches(leaf):
-        return leaf[order].reshape(num_minibatches, batch_size // num_minibatches, *leaf.shape[1:])
-
-    def minibatch_step(carry, minibatch):
-        params, opt_state = carry
-        grads = jax.grad(loss_fn)(params, minibatch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), None
-
-    (params, opt_state), _ = jax.lax.scan(
-        minibatch_step, (params, opt_state), jax.tree_util.tree_map(to_minibatches, batch)
-    )
-    return params, opt_state
+    # One right answer: the judge accepts any shuffle drawn from key, and compares values with
+    # epoch_in_order over the learner's own minibatches.
+    order = jax.random.permutation(key, jax.tree_util.tree_leaves(batch)[0].shape[0])
+    return epoch_in_order(params, opt_state, batch, order, loss_fn, optimizer, num_minibatches)
 
 
 # The learner's answer, its solution and the mistakes run under jax.jit with the loss, the optimizer
@@ -323,13 +312,6 @@ def ppo_update_epoch_permutation_per_minibatch(params, opt_state, batch, key, lo
     batch_size = batch["obs"].shape[0]
     size = batch_size // num_minibatches
     index_rows = [jax.random.permutation(k, batch_size)[:size] for k in jax.random.split(key, num_minibatches)]
-    return _epoch_over_index_rows(params, opt_state, batch, loss_fn, optimizer, index_rows)
-
-
-def ppo_update_epoch_split_key(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
-    _, shuffle_key = jax.random.split(key)  # a habit: but the exercise shuffles with key itself
-    batch_size = batch["obs"].shape[0]
-    index_rows = jax.random.permutation(shuffle_key, batch_size).reshape(num_minibatches, -1)
     return _epoch_over_index_rows(params, opt_state, batch, loss_fn, optimizer, index_rows)
 
 
@@ -424,22 +406,31 @@ def catalogue() -> list[Exercise]:
             name="ppo_update_epoch",
             description="One PPO update epoch: params, opt_state, batch (a dict of arrays with leading axis N), key, "
             "loss_fn, optimizer, num_minibatches -> (params, opt_state) after num_minibatches optimizer steps.\n"
-            "Shuffle with order = jax.random.permutation(key, N) (key itself, not a key split from it), reorder every "
-            "array of the batch by it, and cut the result into num_minibatches consecutive minibatches of "
-            "N // num_minibatches rows. For each minibatch in turn: grads = jax.grad(loss_fn)(params, minibatch); "
-            "updates, opt_state = optimizer.update(grads, opt_state, params); params = optax.apply_updates(params, "
-            "updates). jax.lax.scan over the stacked minibatches [num_minibatches, N // num_minibatches, ...] does "
-            "the loop in one compiled op. Checked under jax.jit with loss_fn, optimizer and num_minibatches static.",
+            "Draw one shuffle of the N rows from key, order = jax.random.permutation(key, N) for instance: any "
+            "shuffle drawn from key passes (key itself, a key split or folded from it, an argsort of uniform "
+            "draws). Reorder every array of the batch by it and cut the result into num_minibatches consecutive "
+            "minibatches of N // num_minibatches rows, so that every row is used once per epoch. For each "
+            "minibatch in turn: grads = jax.grad(loss_fn)(params, minibatch); updates, opt_state = "
+            "optimizer.update(grads, opt_state, params); params = optax.apply_updates(params, updates). "
+            "jax.lax.scan over the stacked minibatches [num_minibatches, N // num_minibatches, ...] does the loop "
+            "in one compiled op. The checker reads which rows each of your steps used (it runs your function "
+            "with a probe loss and plain SGD), asks for a real shuffle (not the stored order; the same key, the "
+            "same minibatches; another key, others), then compares your params and opt_state with the "
+            "reference epoch over YOUR minibatches. Checked under jax.jit with loss_fn, optimizer and "
+            "num_minibatches static.",
             reference=_update_epoch_reference,
             make_inputs=_update_epoch_inputs,
+            judge=epoch_judge(_update_epoch_inputs),
             run_with=_run_epoch_jitted,
-            trials=3,  # each input has new shapes, so each trial compiles a whole epoch (seconds on a CPU)
+            # Each trial draws new shapes and compiles three epochs for them (the answer on the probe and on
+            # the exercise's inputs, the reference), under a second each on a CPU, besides the probe of the
+            # shuffle, compiled once per check: two trials keep a check at 4 to 7 seconds on a 2-core CPU.
+            trials=2,
             solution=ppo_update_epoch_solution,
             mistakes=(
                 ("no shuffling: the minibatches are the batch's rows in their stored order", ppo_update_epoch_unshuffled),
                 ("a new permutation for every minibatch, so some rows are used twice and others never",
                  ppo_update_epoch_permutation_per_minibatch),
-                ("the shuffle uses a key split from key; the exercise shuffles with key itself", ppo_update_epoch_split_key),
                 ("every step takes the gradient of the whole batch, not of its minibatch",
                  ppo_update_epoch_whole_batch_gradient),
                 ("one step on the minibatches' averaged gradients, where PPO steps on each minibatch in turn",

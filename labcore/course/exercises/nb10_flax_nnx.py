@@ -2,8 +2,9 @@
 ``lax.scan``, and NoisyLinear written as an NNX module.
 
 ``noisy_linear_nnx`` is the core exercise: the learner writes a whole ``nnx.Module``, and the checker
-(``labcore.course.exercises.noisy_layer_checks``) takes it apart: what it holds, then what it computes
-beside ``labcore.nets.noisy.NoisyLinear``; ``check`` names the classic mistake a wrong layer reproduces.
+(``labcore.course.exercises.noisy_layer_checks``) takes it apart: what it holds, then how its noise and
+outputs behave (any way of drawing the two noises from the key passes); ``check`` names the classic
+mistake a wrong layer makes.
 
 Below the exercises' inputs and references come the worked solutions (shown by
 ``labcore.course.exercises.solution(name)``) and the classic mistakes.
@@ -23,7 +24,8 @@ from flax import nnx
 
 from labcore.course.exercises.checking import Exercise
 from labcore.course.exercises.noisy_layer_checks import (
-    build_and_run,
+    built_and_checked,
+    judge_noisy_layer,
     noisy_layer_inputs,
     noisy_layer_reference,
 )
@@ -362,22 +364,25 @@ def catalogue() -> list[Exercise]:
             "(eps_kernel [in, out], eps_bias [out]), __call__(x, noise_key=None) -> [B, out].\n"
             "Parameters, each an nnx.Param: kernel [in, out] and bias [out] drawn with rngs.params() from "
             "U(-sqrt(3/in), sqrt(3/in)); sigma_kernel [in, out] and sigma_bias [out] = 0.017 "
-            "everywhere. noise(key): split the key into (kernel_key, bias_key), then standard normals of shape "
-            "[in, out] and [out]. __call__: without a key, x @ kernel + bias (the mean weights); with one, "
-            "eps_kernel, eps_bias = self.noise(noise_key) and x @ (kernel + sigma_kernel * eps_kernel) + (bias + "
-            "sigma_bias * eps_bias): independent noise on every WEIGHT, not factorised, not added to the output. "
-            "Nothing random is kept in the module (no rngs attribute). The checker builds your layer, checks its "
-            "parameters and their initial values, then gives it random parameters and compares its draws and "
-            "outputs (no key, two keys) with labcore.nets.noisy.NoisyLinear's, jitted through nnx.split/merge.",
+            "everywhere. noise(key): standard normals of shape [in, out] and [out], each from a key of its own "
+            "derived from key: kernel_key, bias_key = jax.random.split(key) for instance; any way passes (the "
+            "other order, fold_in(key, 0) and fold_in(key, 1)), but never one key for both draws. __call__: "
+            "without a key, x @ kernel + bias (the mean weights); with one, eps_kernel, eps_bias = "
+            "self.noise(noise_key) and x @ (kernel + sigma_kernel * eps_kernel) + (bias + sigma_bias * eps_bias): "
+            "independent noise on every WEIGHT, not factorised, not added to the output. Nothing random is kept "
+            "in the module (no rngs attribute). The checker builds your layer, checks its parameters and their "
+            "initial values, then judges the noise by what it does, jitted through nnx.split/merge: noise(key) "
+            "gives standard normals (mean and variance over a large layer), consumes no key twice (JAX's "
+            "key-reuse checker), and gives the same draws for the same key and others for another; on random "
+            "parameters, the output with a key is the formula above for YOUR draws noise(key), without a key the "
+            "mean weights'.",
             reference=noisy_layer_reference,
             make_inputs=noisy_layer_inputs,
-            run_with=build_and_run,
+            judge=judge_noisy_layer,
+            run_with=built_and_checked,
+            # Each trial draws new sizes, so it compiles the small layer's noise and outputs anew; the
+            # statistics layer has one size, compiled once per check: 3 to 5 seconds a check on a 2-core CPU.
             trials=4,
-            # Each output sums at most 12 float32 products of order 1 (x and eps ~ N(0, 1), means below 1.3,
-            # sigmas below 0.5), added in the same or another order: a few 1e-7 apart. Every mistake leaves
-            # out, adds or redraws sigma * eps terms with sigma >= 0.05: far outside 1e-5 + 1e-5 |y|.
-            rtol=1e-5,
-            atol=1e-5,
             solution=NoisyLinear,
             mistakes=(
                 ("the noise is added to the layer's output (summed over the inputs), not to the weights that x "

@@ -1,15 +1,19 @@
 """What notebook 10's core exercise, ``noisy_linear_nnx``, asks of a learner's NNX NoisyLinear.
 
 The checker builds the learner's layer (through the class itself, or a function
-``(in_features, out_features, rngs) -> layer``), checks what the module holds (four ``nnx.Param``s of
-the right shapes, the initial sigmas and the initial bounds, no random state kept inside), then gives
-it the same parameters as ``labcore.nets.noisy.NoisyLinear`` and compares the two layers' outputs and
-noise draws, computed through ``nnx.split`` / ``nnx.merge`` inside ``jax.jit``. A layer that holds
-the wrong things fails with an exception that says what is wrong.
+``(in_features, out_features, rngs) -> layer``) and checks what the module holds (four ``nnx.Param``s of
+the right shapes, the initial sigmas and the initial bounds, no random state kept inside); a layer that
+holds the wrong things fails with an exception that says what is wrong. The noise is then judged by
+behaviour, since how ``noise(key)`` gets a key for each draw is free (split either way round, fold in 0
+and 1): standard normal draws of the right shapes, no key consumed twice, the same draws for the same key
+and others for another, and, on random parameters, the output x @ (kernel + sigma_kernel * eps_kernel) +
+(bias + sigma_bias * eps_bias) for the layer's own draws (the mean weights without a key). Everything runs
+through ``nnx.split`` / ``nnx.merge`` inside ``jax.jit``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from labcore.course.exercises import behaviour
+from labcore.course.exercises.checking import first_mismatch
 
 PARAMETERS = ("kernel", "bias", "sigma_kernel", "sigma_bias")
 SIGMA_INIT = 0.017
@@ -170,17 +177,163 @@ def check_holdings(layer: Any, n_in: int, n_out: int) -> None:
                 f"U(-sqrt(3/in), sqrt(3/in)) = U(-{bound:.4g}, {bound:.4g})")
 
 
-def build_and_run(make_layer: Callable[..., Any]) -> Callable[..., Any]:
-    """Build the learner's layer with ``make_layer(in_features, out_features, rngs=...)`` (the class, or a
-    function that builds it), check what it holds, give it the input's parameters and run it."""
+def built_and_checked(make_layer: Callable[..., Any]) -> Callable[[int, int, int], nnx.Module]:
+    """The learner's layer as the judge gets it: ``build(in_features, out_features, seed)`` calls
+    ``make_layer(in_features, out_features, rngs=nnx.Rngs(params=seed))`` (the class, or a function that
+    builds it) and checks what the layer holds, raising what is wrong."""
 
-    def run(n_in, n_out, seed, x, key_a, key_b, params):
+    def build(n_in: int, n_out: int, seed: int) -> nnx.Module:
         layer = make_layer(n_in, n_out, rngs=nnx.Rngs(params=seed))
         check_holdings(layer, n_in, n_out)
-        got = outputs(with_params(layer, params), x, key_a, key_b)
-        if np.allclose(got["noisy_output"], got["noisy_output_key_b"], rtol=1e-6, atol=1e-6):
-            raise NoiseIgnoresKey("two different noise keys give the same output: the draws must come from "
-                                  "noise_key (split into a kernel key and a bias key), not from a fixed key or none")
-        return got
+        return layer
 
-    return run
+    return build
+
+
+# ----------------------------------------------------------------------------------------------
+# The judge: how noise(key) draws from its key is the learner's choice (split in either order, fold_in
+# 0 and 1, ...); what every right layer does is checked instead.
+
+# The noise statistics are taken on a [32, 256] layer and 4 keys: 32,768 kernel draws and 1,024 bias
+# draws, whose mean and variance a standard normal keeps within 6 standard deviations (below 2e-9 of
+# failing); factorised noise's kernel variance, (E|e|)^2 = 2 / pi, is 46 of them below 1 (its rank of 1
+# is found first), uniform draws of variance 1 have no tail beyond 2, where a normal has 4.6%.
+_STATISTICS_SHAPE = (32, 256)
+_STATISTICS_KEYS = 4
+_BEYOND_TWO = math.erfc(2.0 / math.sqrt(2.0))  # P(|e| > 2) for a standard normal, 0.0455
+
+
+def _noise(graphdef, state, key):
+    return nnx.merge(graphdef, state).noise(key)
+
+
+# Module-level and with the graph definition static, so that a layer of a shape already seen (the
+# statistics layer, every trial) reuses its compiled program.
+_noise_jitted = jax.jit(_noise, static_argnums=0)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _behaviour(graphdef, state, x, key_a, key_b) -> dict[str, Any]:
+    """Everything the judge reads off the small layer, in one compiled program."""
+    module = nnx.merge(graphdef, state)
+    return {"draws_a": module.noise(key_a), "draws_b": module.noise(key_b), "noisy_a": module(x, key_a),
+            "noisy_b": module(x, key_b), "mean": module(x)}
+
+
+def _key_reuse_problem(graphdef, state, key) -> str | None:
+    """JAX's key-reuse checker on noise(key), read off its trace alone (nothing compiled). One sentence
+    whatever the checker's own words, which name the primitive where the reuse happened: so that the
+    classic mistake is named however the learner wrote it (one key drawn twice, or a split key or a
+    folded one drawn twice)."""
+    reused, _ = behaviour.key_reuse_problem(
+        lambda key: jax.make_jaxpr(functools.partial(_noise, graphdef))(state, key), key)
+    if reused is None:
+        return None
+    return ("noise(key) consumes a key twice (JAX's key-reuse checker), so two draws that should be independent "
+            "share their numbers: the kernel's and the bias's noise each need a key of their own (split the key, "
+            "or fold in 0 and 1)")
+
+
+def _normal_problem(draws: np.ndarray, what: str) -> str | None:
+    """None if ``draws`` look like standard normals: their mean and variance within SIGMAS standard errors
+    of 0 and 1, and the fraction beyond 2 in size near a normal's (which uniform draws of variance 1 lack)."""
+    n = draws.size
+    mean, variance = float(draws.mean()), float(draws.var())
+    mean_spread, variance_spread = behaviour.SIGMAS / math.sqrt(n), behaviour.SIGMAS * math.sqrt(2.0 / n)
+    if abs(mean) > mean_spread:
+        return f"{what} have mean {mean:.3f} over {n} draws, where standard normals give 0 (+- {mean_spread:.3f})"
+    if abs(variance - 1.0) > variance_spread:
+        return (f"{what} have variance {variance:.3f} over {n} draws, where standard normals give 1 "
+                f"(+- {variance_spread:.3f})")
+    problem = behaviour.frequency_problem(int(np.sum(np.abs(draws) > 2.0)), n, _BEYOND_TWO,
+                                          f"the fraction of {what} beyond 2 in size")
+    return problem + ": they are not normal" if problem else None
+
+
+def _draws_problem(draws: Any, n_in: int, n_out: int) -> str | None:
+    if not isinstance(draws, tuple | list) or len(draws) != 2:
+        return "noise(key) does not return the pair (eps_kernel, eps_bias)"
+    return (behaviour.shape_problem(draws[0], (n_in, n_out), "f", "noise(key)'s eps_kernel")
+            or behaviour.shape_problem(draws[1], (n_out,), "f", "noise(key)'s eps_bias"))
+
+
+def _statistics_problem(build: Callable[[int, int, int], nnx.Module], seed: int, keys: list) -> str | None:
+    """What is wrong with the draws of a large layer, if anything: draws shared, or not N(0, 1)."""
+    graphdef, state = nnx.split(build(*_STATISTICS_SHAPE, seed))
+    kernels, biases = [], []
+    for key in keys:
+        eps_kernel, eps_bias = (np.asarray(draw, np.float64) for draw in _noise_jitted(graphdef, state, key))
+        singular = np.linalg.svd(eps_kernel, compute_uv=False)
+        if singular[1] <= 1e-4 * singular[0]:
+            return ("eps_kernel has rank 1, an outer product: factorised noise, or one draw shared by a whole row "
+                    "or column, where independent noise draws every weight on its own")
+        if np.mean(np.isin(eps_bias, eps_kernel)) > 0.5:
+            return ("eps_bias repeats numbers of eps_kernel: both are drawn from one key, where each needs a key of "
+                    "its own (split the key, or fold in 0 and 1)")
+        kernels.append(eps_kernel)
+        biases.append(eps_bias)
+    return (_normal_problem(np.stack(kernels), "the kernel's noise draws")
+            or _normal_problem(np.stack(biases), "the bias's noise draws"))
+
+
+def _output_problem(got: np.ndarray, x: np.ndarray, draws: tuple, params: dict[str, np.ndarray]) -> str | None:
+    """What is wrong with the layer's output ``got`` for a key, given its own draws noise(key), if anything."""
+    eps_kernel, eps_bias = (np.asarray(draw, np.float64) for draw in draws)
+    kernel, bias, sigma_kernel, sigma_bias = (np.asarray(params[name], np.float64) for name in PARAMETERS)
+    x, got = np.asarray(x, np.float64), np.asarray(got, np.float64)
+
+    # 1e-5: each output sums at most 12 float32 products of order 1 (x and eps ~ N(0, 1), means below 1.3,
+    # sigmas below 0.5), a few 1e-7 from the float64 formula; every fault diagnosed below leaves out, adds
+    # or moves sigma * eps terms with sigma >= 0.05, far outside 1e-5 + 1e-5 |y|.
+    def matches(expected):
+        return got.shape == expected.shape and np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+    expected = x @ (kernel + sigma_kernel * eps_kernel) + (bias + sigma_bias * eps_bias)
+    if matches(expected):
+        return None
+    # Diagnoses without numbers: the same sentence for the same fault, whatever the draws.
+    if matches(x @ kernel + bias + np.sum(sigma_kernel * eps_kernel, axis=0) + sigma_bias * eps_bias):
+        return ("with a key, the noise is added to the layer's output (sigma_kernel * eps_kernel summed over the "
+                "inputs), where it perturbs the weights that x multiplies")
+    if matches(x @ (kernel + sigma_kernel * eps_kernel) + bias):
+        return "with a key, the bias is not perturbed: the output lacks sigma_bias * eps_bias"
+    if matches(x @ kernel + bias):
+        return "with a key, the output is the mean weights' x @ kernel + bias: the noise is not used"
+    return ("with a key, the output is not x @ (kernel + sigma_kernel * eps_kernel) + (bias + sigma_bias * eps_bias) "
+            f"computed from noise(key)'s own draws: {first_mismatch(got, expected, rtol=1e-5, atol=1e-5)}")
+
+
+def judge_noisy_layer(build: Callable[[int, int, int], nnx.Module], rng: np.random.Generator) -> str | None:
+    """Any NoisyLinear passes, however noise(key) gets a key for each draw: standard normal draws of the
+    right shapes, no key consumed twice, a function of the key, and outputs computed from them (a layer
+    that holds the wrong things raises, in ``build``)."""
+    n_in, n_out, seed, x, key_a, key_b, params = noisy_layer_inputs(rng)
+    statistics_keys = [jax.random.key(int(k)) for k in rng.integers(1 << 30, size=_STATISTICS_KEYS)]
+    graphdef, state = nnx.split(with_params(build(n_in, n_out, seed), params))
+    # 1. noise(key): each key consumed once (JAX's key-reuse checker), draws of the right shapes.
+    problem = _key_reuse_problem(graphdef, state, behaviour.copy_key(key_a))
+    if problem:
+        return problem
+    seen = _behaviour(graphdef, state, x, behaviour.copy_key(key_a), behaviour.copy_key(key_b))
+    problem = _draws_problem(seen["draws_a"], n_in, n_out)
+    if problem:
+        return problem
+    # 2. A function of the key: the same key again gives the same draws, another key others.
+    again = _behaviour(graphdef, state, x, behaviour.copy_key(key_a), behaviour.copy_key(key_b))
+    if not all(np.array_equal(a, b) for a, b in zip(again["draws_a"], seen["draws_a"], strict=True)):
+        return "the same key gave two different noise draws: they must come from `key` alone"
+    if any(np.array_equal(a, b) for a, b in zip(seen["draws_b"], seen["draws_a"], strict=True)):
+        return "two different keys gave the same noise draws: noise(key) does not draw from `key`"
+    # 3. The outputs: the mean weights without a key; with a key, the weights perturbed by noise(key)'s draws.
+    if np.allclose(seen["noisy_a"], seen["noisy_b"], rtol=1e-6, atol=1e-6):
+        raise NoiseIgnoresKey("two different noise keys give the same output: the layer's noise must come from "
+                              "noise_key, not from a fixed key or none")
+    mean = x.astype(np.float64) @ params["kernel"].astype(np.float64) + params["bias"].astype(np.float64)
+    if not np.allclose(seen["mean"], mean, rtol=1e-5, atol=1e-5):
+        return "without a key, the output is not x @ kernel + bias: with noise_key=None the layer uses the mean weights"
+    problem = (_output_problem(seen["noisy_a"], x, seen["draws_a"], params)
+               or _output_problem(seen["noisy_b"], x, seen["draws_b"], params))
+    if problem:
+        return problem
+    # 4. The draws' statistics, on a large layer.
+    return _statistics_problem(build, seed, statistics_keys)
