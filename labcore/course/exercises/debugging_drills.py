@@ -77,10 +77,13 @@ def judge_epsilon_greedy_rollout(rollout, rng: np.random.Generator) -> str | Non
     the greedy action when epsilon = 0, uniform random actions that are fresh at every step and for
     every env when epsilon = 1, each env exploring on its own coin with probability epsilon, and the
     draws a function of the key."""
+    # Run jitted, epsilon traced: one compile per shape for all the probes below (a rollout must work
+    # under jit; run op by op, each epsilon would compile the scan again).
+    rollout = jax.jit(rollout)
     # 1. Small shapes, with JAX's key-reuse checker on: a key carried unchanged through the scan, or
     # one key for the coin and the action, is found whatever the values drawn.
     key, q_small, epsilon = epsilon_greedy_inputs(rng)
-    problem, actions = behaviour.key_reuse_problem(rollout, key, q_small, epsilon)
+    problem, actions = behaviour.key_reuse_problem(rollout, key, q_small, jnp.float32(epsilon))
     if problem:
         return problem
     problem = behaviour.shape_problem(actions, q_small.shape[:2], "iu", "the actions")
@@ -93,7 +96,7 @@ def judge_epsilon_greedy_rollout(rollout, rng: np.random.Generator) -> str | Non
     key = jax.random.key(int(rng.integers(1 << 30)))
 
     def run(epsilon, key=key):
-        return np.asarray(rollout(behaviour.copy_key(key), q_values, epsilon))
+        return np.asarray(rollout(behaviour.copy_key(key), q_values, jnp.float32(epsilon)))
 
     if not np.array_equal(run(0.0), greedy):
         return "with epsilon = 0 the actions are not all argmax(q): exploring must happen with probability epsilon"

@@ -150,9 +150,8 @@ def catalogue() -> list[Exercise]:
             "your rollout with JAX's key-reuse checker on (jax.debug_key_reuse) and looks at what it draws.",
             reference=drills.epsilon_greedy_reference,
             make_inputs=drills.epsilon_greedy_inputs,
-            judge=drills.judge_epsilon_greedy_rollout,
+            judge=drills.judge_epsilon_greedy_rollout,  # runs the rollout under jax.jit itself
             trials=2,  # each trial runs seven probes, its statistics over 2,560 actions each
-            jit=True,
             solution=drills.fix_reused_key_solution,
             mistakes=(
                 ("reused key: the carried key never changes, so every step draws the same coins and the same "
