@@ -189,18 +189,12 @@ def _run_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], r
     for trial in range(n_trials):
         args = exercise.make_inputs(rng)
         expected = exercise.reference(*args)
-        prepared = learner_fn if exercise.run_with is None else exercise.run_with(learner_fn)
-        runs = [("", prepared)]
-        if exercise.jit:
-            runs.append((" under jax.jit", jax.jit(prepared)))
-        for how, fn in runs:
+        for how, fn in _ways_to_run(exercise, learner_fn):
             got = None
             try:
                 got = jax.block_until_ready(fn(*args))
             except NotImplementedError:
-                # Not attempted yet (the notebook's stub): say what to write, give nothing away.
-                task = exercise.description.splitlines()[0]
-                return report(False, f"WRITE {name}: not written yet. {task}\n      {_ASK}".replace("{name}", name))
+                return report(False, _not_written(name, exercise))
             except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
                 problem = _explain_exception(err)
             else:
@@ -218,7 +212,14 @@ def _run_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], r
     return report(True, f"PASS  {name}: matches the reference on {n_trials} random inputs{checked}.")
 
 
+def _not_written(name: str, exercise: Exercise) -> str:
+    """What check says of the notebook's stub (it raises NotImplementedError): the task, nothing given away."""
+    task = exercise.description.splitlines()[0]
+    return f"WRITE {name}: not written yet. {task}\n      {_ASK}".replace("{name}", name)
+
+
 def _ways_to_run(exercise: Exercise, fn: Callable[..., Any]) -> list[tuple[str, Callable[..., Any]]]:
+    """(how, function) pairs: ``fn`` under the exercise's ``run_with``, and jitted too for ``jit`` exercises."""
     import jax
 
     prepared = fn if exercise.run_with is None else exercise.run_with(fn)
@@ -244,20 +245,10 @@ def _run_judged_trials(name: str, exercise: Exercise, learner_fn: Callable[..., 
             try:
                 problem = _judge(exercise, fn, rng)
             except NotImplementedError:
-                task = exercise.description.splitlines()[0]
-                return report(False, f"WRITE {name}: not written yet. {task}\n      {_ASK}".replace("{name}", name))
+                return report(False, _not_written(name, exercise))
             if problem is None:
                 continue
-            known = None
-            for label, wrong in exercise.mistakes:
-                twin = np.random.default_rng()
-                twin.bit_generator.state = start
-                try:
-                    if _judge(exercise, _ways_to_run(exercise, wrong)[index][1], twin) == problem:
-                        known = label
-                        break
-                except NotImplementedError:
-                    continue
+            known = _judged_mistake(exercise, index, start, problem)
             return report(
                 False,
                 f"FAIL  {name}: on trial {trial + 1} of {n_trials}{how} (seed {seed}), {problem}."
@@ -266,6 +257,17 @@ def _run_judged_trials(name: str, exercise: Exercise, learner_fn: Callable[..., 
             )
     checked = " and under jax.jit" if exercise.jit else ""
     return report(True, f"PASS  {name}: behaves as it should in {n_trials} trials of random inputs{checked}.")
+
+
+def _judged_mistake(exercise: Exercise, way: int, rng_state: dict, problem: str) -> str | None:
+    """The label of the first classic mistake the judge finds the same fault in, run the same ``way``
+    on the inputs drawn from ``rng_state``."""
+    for label, wrong in exercise.mistakes:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = rng_state
+        if _judge(exercise, _ways_to_run(exercise, wrong)[way][1], rng) == problem:
+            return label
+    return None
 
 
 # Hints and worked answers are on request, never printed unasked: the learner tries first.
@@ -285,7 +287,7 @@ def _matching_mistake(exercise: Exercise, args: tuple, got: Any) -> str | None:
     import jax
 
     for label, wrong in exercise.mistakes:
-        prepared = wrong if exercise.run_with is None else exercise.run_with(wrong)
+        prepared = _ways_to_run(exercise, wrong)[0][1]
         try:
             theirs = jax.block_until_ready(prepared(*args))
         except Exception:  # noqa: BLE001 - a mistake that cannot even run says nothing here

@@ -338,7 +338,8 @@ def catalogue() -> list[Exercise]:
                  device_keys_local_index),
                 ("folding in the process index only: all devices of a process share one stream",
                  device_keys_process_index),
-                ("the seed's key itself on every device: one stream for the whole run", device_keys_one_for_all),
+                ("one key, unchanged, for every device of every process: one stream for the whole run",
+                 device_keys_one_for_all),
             ),
         ),
         Exercise(
