@@ -2,13 +2,15 @@
 #   make lab    build .venv from requirements.txt if needed, then open JupyterLab on notebooks/
 #   make test   build the same .venv, then run the unit tests and every notebook (nbval)
 # With CI=true, `make test` sets LABCORE_QUICK=1, which shrinks every training budget.
-#   make test-compat  the notebooks (all but 04, 07) on the oldest stack pyproject.toml allows, with labcore
+#   make test-compat  the notebooks (all but 06, 09) on the oldest stack pyproject.toml allows, with labcore
 #                     installed as the Colab cell installs it (CI runs it after make test);
 #                     COMPAT_UNIT=1 runs the unit tests there too
 #   make docs   build the site into docs/_build/html: every lesson with the outputs `make test`
 #               recorded (a notebook with no recorded run, or whose code changed since, runs once)
 #   make docs FULL=1   the same with full-budget outputs, re-running only notebooks whose code changed
 #   make docs-check    open every page of the built site in headless Chromium (CI runs it)
+#   make bench-device  time every lesson at its full budget on this machine's device, then run every
+#                      benchmark; fills the device's column of the lesson-times table
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 VENV := .venv
@@ -38,7 +40,7 @@ NOTEBOOK_WORKERS ?= 1
 XDIST_UNIT := -n $(TEST_WORKERS) --dist loadscope
 XDIST_NOTEBOOKS := -n $(NOTEBOOK_WORKERS) --dist loadfile
 
-.PHONY: lab test test-compat venv doctor colab-sync docs docs-check
+.PHONY: lab test test-compat venv doctor colab-sync docs docs-check bench-device
 
 venv: $(PACKAGE_STAMP)
 
@@ -86,9 +88,9 @@ doctor: $(PACKAGE_STAMP)
 # learning runs, kill-and-resume in new processes, multi-process launches, benchmark scripts), whose
 # APIs faster tests cover; `COMPAT_UNIT=1 COMPAT_SKIP=` runs those too.
 COMPAT_UNIT ?=
-# The notebooks it runs: all but 04 and 07 by default, whose time goes mostly to their PyTorch
+# The notebooks it runs: all but 06 and 09 by default, whose time goes mostly to their PyTorch
 # originals (the same torch on both stacks); CI's 90 minutes hold no more. COMPAT_NOTEBOOKS='*.ipynb' runs all.
-COMPAT_NOTEBOOKS ?= 00_*.ipynb 01_*.ipynb 02_*.ipynb 03_*.ipynb 05_*.ipynb 06_*.ipynb 08_*.ipynb 09_*.ipynb 10_*.ipynb
+COMPAT_NOTEBOOKS ?= 00_*.ipynb 01_*.ipynb 02_*.ipynb 03_*.ipynb 04_*.ipynb 05_*.ipynb 07_*.ipynb 08_*.ipynb 10_*.ipynb 11_*.ipynb
 COMPAT_SKIP ?= end_to_end
 COMPAT_AND := $(if $(strip $(COMPAT_SKIP)), and not ($(COMPAT_SKIP)),)
 COMPAT_RUN_UNIT := $(filter 1 true yes,$(COMPAT_UNIT))
@@ -121,6 +123,13 @@ test-compat: $(COMPAT_STAMP)
 # first cell, the Colab badges and colab/README.md.
 colab-sync: $(PACKAGE_STAMP)
 	$(BIN)/python colab/cell.py sync
+
+# On a new device (a T4 or TPU runtime, a GPU server): time every lesson at its full budget, one at a
+# time, then run every benchmark (their JSON and tables land in benchmarks/results/<device>/). The
+# device's times go into docs/results/lesson_times.json, and the per-device table of
+# docs/start-here.md and each notebook's Time paragraph are rewritten from it. Hours on a 2-core CPU.
+bench-device: $(PACKAGE_STAMP)
+	$(BIN)/python benchmarks/lesson_times.py --benchmarks
 
 # The site: lessons/ from the recorded runs (docs/tooling/lessons.py), then Sphinx with warnings as
 # errors. FULL=1 renders full-budget outputs (a release build); only changed notebooks run again.

@@ -9,7 +9,7 @@ Workloads are notebooks (run under nbval, as `make test` runs them; quick mode u
 notebook or a command a second time (a new kernel, the next day).
 
     python benchmarks/compile_cache.py
-    python benchmarks/compile_cache.py --notebooks 02_jit_scan_vmap 05_masked_ppo --out /tmp/bench
+    python benchmarks/compile_cache.py --notebooks 03_jit_scan_vmap 07_masked_ppo --out /tmp/bench
 
 Writes {out}/compile_cache.json and prints a markdown table.
 """
@@ -63,8 +63,8 @@ def measure(name: str, argv: list[str], base_env: dict[str, str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--notebooks", nargs="*", default=["02_jit_scan_vmap"],
-                        help="notebook names without .ipynb (default: 02_jit_scan_vmap)")
+    parser.add_argument("--notebooks", nargs="*", default=["03_jit_scan_vmap"],
+                        help="notebook names without .ipynb (default: 03_jit_scan_vmap)")
     parser.add_argument("--commands", nargs="*", default=list(COMMANDS), choices=list(COMMANDS))
     parser.add_argument("--full", action="store_true", help="full training budgets in the notebooks (default: quick)")
     parser.add_argument("--out", default="benchmarks/results")

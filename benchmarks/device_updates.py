@@ -10,7 +10,7 @@ Rows, each compiled first and then timed over ``--repeats`` calls waited for wit
 - DQN's jitted update on a batch of 128 CartPole transitions (the (120, 84) MLP) and on a batch of
   32 Atari frame stacks (the Nature CNN, 4 x 84 x 84 uint8): the gradient step alone.
 
-``temp MiB`` is XLA's scratch memory for the compiled program (``memory_analysis()``). Notebook 06
+``temp MiB`` is XLA's scratch memory for the compiled program (``memory_analysis()``). Notebook 08
 measures the first and the DQN CartPole row on whatever device runs it; this script is how the
 per-device figures of docs/results/devices.md are produced, with the device recorded in the JSON.
 

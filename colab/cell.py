@@ -9,7 +9,10 @@ with that line, and this script writes them:
 - the first code cell of every notebook in `notebooks/`;
 - every "Open in Colab" badge in `README.md` and `colab/README.md` (they open the notebooks at the
   same repository and ref);
-- the copy of the cell shown in `colab/README.md`.
+- the copy of the cell shown in `colab/README.md`;
+- each notebook's Colab runtime request: the notebooks in `GPU_NOTEBOOKS` carry the metadata that
+  makes Colab open them on a T4 GPU runtime (`"accelerator": "GPU"`, `colab.gpuType`); the others
+  carry none, and open on Colab's default CPU runtime.
 
 Usage (from the repository root):
 
@@ -39,6 +42,12 @@ SETUP_CELL = pathlib.Path("colab", "setup_cell.py")  # these paths are relative 
 BADGE_PAGES = (pathlib.Path("README.md"), pathlib.Path("colab", "README.md"))
 CELL_COPY_PAGE = pathlib.Path("colab", "README.md")
 CELL_COPY_START, CELL_COPY_END = "<!-- setup cell: written by colab/cell.py sync -->", "<!-- end of setup cell -->"
+
+# The lessons whose work is batched: many vmapped agents or envs, convolutions, large matmuls. A GPU runs
+# those in parallel where 2 CPU cores take turns. The others are small networks, or (04, 05) simulate
+# many devices on the CPU and need a CPU runtime, or are about debugging and run anywhere.
+GPU_NOTEBOOKS = ("01_haiku_dqn", "03_jit_scan_vmap", "07_masked_ppo", "08_accelerators", "11_pqn")
+GPU_TYPE = "T4"  # Colab's free-tier GPU
 
 SOURCE = re.compile(r"^labcore @ git\+https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?@(?P<ref>[\w./-]+)$")
 BADGE = re.compile(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w./-]+?/notebooks/")
@@ -98,6 +107,26 @@ def _with_cell_copy(page_text: str, text: str) -> str:
     return page_text[: start + len(CELL_COPY_START)] + f"\n```python\n{text}\n```\n" + page_text[end:]
 
 
+def _runtime_wanted(stem: str) -> tuple[str | None, str | None]:
+    return ("GPU", GPU_TYPE) if stem in GPU_NOTEBOOKS else (None, None)
+
+
+def _runtime_request(notebook) -> tuple[str | None, str | None]:
+    """(accelerator, GPU type) as the notebook's metadata asks Colab for them."""
+    return notebook.metadata.get("accelerator"), notebook.metadata.get("colab", {}).get("gpuType")
+
+
+def _request_runtime(notebook, stem: str) -> None:
+    accelerator, gpu_type = _runtime_wanted(stem)
+    colab = notebook.metadata.setdefault("colab", {"provenance": []})
+    if accelerator is None:
+        notebook.metadata.pop("accelerator", None)
+        colab.pop("gpuType", None)
+    else:
+        notebook.metadata["accelerator"] = accelerator
+        colab["gpuType"] = gpu_type
+
+
 def out_of_step(root: pathlib.Path = REPO_ROOT, write: bool = False) -> list[str]:
     """Every place that disagrees with setup_cell.py; with `write`, fix them and return what changed."""
     import nbformat  # only the maintenance commands need it, not `install`
@@ -108,10 +137,16 @@ def out_of_step(root: pathlib.Path = REPO_ROOT, write: bool = False) -> list[str
     for path in _notebook_paths(root):
         notebook = nbformat.read(path, as_version=4)
         cell = _first_code_cell(notebook)
+        fixed = []
         if cell.source.strip() != text:
-            changed.append(f"{path.relative_to(root)}: first code cell")
+            fixed.append("first code cell")
+            cell.source = text
+        if _runtime_request(notebook) != _runtime_wanted(path.stem):
+            fixed.append("Colab runtime request")
+            _request_runtime(notebook, path.stem)
+        if fixed:
+            changed.append(f"{path.relative_to(root)}: {' and '.join(fixed)}")
             if write:
-                cell.source = text
                 nbformat.write(notebook, path)
     for page in BADGE_PAGES:
         page_text = (root / page).read_text()

@@ -3,7 +3,7 @@
 XLA compiles every jitted program the first time a process calls it: seconds to a minute for a
 training loop, paid again in every new kernel or command. JAX can keep the compiled programs on
 disk and load them in a later process instead (the persistent compilation cache). On the 2-core
-reference CPU this roughly halves a second run: notebook 02 in quick mode went from 68 s to 29 s,
+reference CPU this roughly halves a second run: notebook 03 in quick mode went from 68 s to 29 s,
 and ``python -m labcore train ppo --total-steps 65536`` from 33 s to 15 s (docs/results/devices.md has the
 table and the command that measured it, benchmarks/compile_cache.py). ``configure()`` turns the
 cache on, before JAX is imported where it can; the CLI (``python -m labcore ...``), every

@@ -62,6 +62,28 @@ def test_notebooks_badges_and_copy_agree_with_the_cell():
     assert cell.out_of_step() == [], "run `make colab-sync` (python colab/cell.py sync)"
 
 
+def test_the_gpu_runtime_requests_name_notebooks_that_exist():
+    stems = {path.stem for path in (REPO_ROOT / "notebooks").glob("*.ipynb")}
+    assert set(cell.GPU_NOTEBOOKS) <= stems, set(cell.GPU_NOTEBOOKS) - stems
+    assert len(cell.GPU_NOTEBOOKS) < len(stems), "every notebook asks for a GPU"
+
+
+def test_a_notebook_that_lost_its_gpu_request_is_out_of_step_and_sync_restores_it(tmp_path):
+    import nbformat
+
+    for name in ("colab", "notebooks"):
+        shutil.copytree(REPO_ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("runs"))
+    shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
+    path = tmp_path / "notebooks" / f"{cell.GPU_NOTEBOOKS[0]}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    del notebook.metadata["accelerator"]
+    nbformat.write(notebook, path)
+    assert cell.out_of_step(tmp_path) == [f"notebooks/{path.name}: Colab runtime request"]
+    cell.out_of_step(tmp_path, write=True)
+    assert nbformat.read(path, as_version=4).metadata["accelerator"] == "GPU"
+    assert cell.out_of_step(tmp_path) == []
+
+
 def test_sync_rewrites_a_fork_everywhere(tmp_path):
     """A fork edits one line of setup_cell.py; sync carries it to every notebook, badge and copy."""
     for name in ("colab", "notebooks"):

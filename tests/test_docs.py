@@ -121,9 +121,9 @@ def test_a_stored_run_is_current_until_the_code_changes(tmp_path, monkeypatch):
 
 
 def test_a_lesson_page_has_its_header_under_the_title_and_the_run_s_outputs():
-    name = "05_masked_ppo.ipynb"
+    name = "07_masked_ppo.ipynb"
     page = lessons.lesson_page(name, _stored_run(name, "quick"))
-    assert page.cells[0].source.startswith("# 05") and "\n" not in page.cells[0].source
+    assert page.cells[0].source.startswith("# 07") and "\n" not in page.cells[0].source
     header = page.cells[1].source
     assert site_facts.colab_url(name) in header
     assert "quick budget" in header and executed.machine() in header

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from labcore.course import exercises
-from labcore.course.exercises import behaviour, nb08_debugging
+from labcore.course.exercises import behaviour, nb10_debugging
 
 JUDGED = [name for name in exercises.names() if exercises.get(name).judge is not None]
 
@@ -179,7 +179,7 @@ def test_a_wrong_answer_fails_with_what_it_does_wrong(name, answer, said, capsys
 
 
 def test_the_handed_out_rollout_is_named_by_the_key_reuse_checker_under_jit_too(capsys):
-    broken = nb08_debugging.epsilon_greedy_rollout
+    broken = nb10_debugging.epsilon_greedy_rollout
     problem, _ = behaviour.key_reuse_problem(jax.jit(broken), jax.random.key(0), jnp.zeros((3, 2, 4)), 0.5)
     assert problem is not None and "never replaced" in problem
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from labcore.course import exercises, primitives
-from labcore.course.exercises import nb08_debugging
+from labcore.course.exercises import nb10_debugging
 
 
 # ----------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def huber_quadratic_only(x, delta):
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 02: jit, scan, vmap.
+# Notebook 03: jit, scan, vmap.
 def vmap_loss_right(w, b, xs, ys):
     return jax.vmap(lambda x, y: 0.5 * (jnp.dot(x, w) + b - y) ** 2)(xs, ys)
 
@@ -124,7 +124,7 @@ def per_example_grads_of_the_mean(w, b, xs, ys):
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 03: distributed.
+# Notebooks 04 and 05: many devices, many processes.
 def device_keys_right(seed, process_index, local_device_count):
     first = process_index * local_device_count
     return jnp.stack([jax.random.key_data(jax.random.fold_in(jax.random.key(seed), first + d)) for d in range(local_device_count)])
@@ -153,7 +153,7 @@ def weighted_mean_unweighted(shard_means, counts):
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 04: the IQN port.
+# Notebook 06: the IQN port.
 def noisy_linear_right(x, kernel, bias, sigma_kernel, sigma_bias, eps_kernel, eps_bias, deterministic):
     if deterministic:
         return jnp.dot(x, kernel) + bias
@@ -186,7 +186,7 @@ def current_state_newest_first(states, idx, n_frames):
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 05: masked PPO.
+# Notebook 07: masked PPO.
 def masked_policy_right(logits, mask, action):
     shifted = jnp.where(mask, logits, -jnp.inf)
     shifted = shifted - jnp.max(shifted, axis=-1, keepdims=True)
@@ -232,7 +232,7 @@ def clipped_loss_clip_only(logits, mask, actions, old_log_probs, advantages, cli
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 06: precision and memory on accelerators.
+# Notebook 08: precision and memory on accelerators.
 def tf32_unchanged(x):
     return x
 
@@ -248,7 +248,7 @@ def bf16_matmul_bfloat16_result_cast_back(x, w):
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 07: GFlowNets.
+# Notebook 09: GFlowNets.
 def hypergrid_reward_right(x, height):
     a = jnp.abs(x / (height - 1) - 0.5)
     plateau = jnp.all(a > 0.25 + 1e-6, axis=-1)
@@ -543,7 +543,7 @@ def test_first_mismatch_compares_pytrees():
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 04: the IQN port.
+# Notebook 06: the IQN port.
 def test_quantile_huber_reference_is_the_pytorch_originals_loss():
     torch = pytest.importorskip("torch")
     from labcore.torch_ref import irainbow
@@ -576,13 +576,13 @@ def test_noisy_linear_is_checked_in_both_modes(capsys):
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 06: precision and memory. The worked solutions and the classic mistakes in the
+# Notebook 08: precision and memory. The worked solutions and the classic mistakes in the
 # exercise module are run by the catalogue-wide tests above; these are two more wrong answers.
 @pytest.mark.parametrize(
     "name,wrong",
     [("round_to_tf32", tf32_unchanged), ("bf16_matmul", bf16_matmul_bfloat16_result_cast_back)],
 )
-def test_notebook_06_exercises_reject_more_wrong_answers(name, wrong):
+def test_notebook_08_exercises_reject_more_wrong_answers(name, wrong):
     assert exercises.check(name, exercises.get(name).solution, seed=0, verbose=False)
     assert not exercises.check(name, wrong, seed=0, verbose=False), f"{name} accepted a wrong answer"
 
@@ -635,7 +635,7 @@ def test_device_count_exercises_refuse_to_check_on_a_single_device():
         assert jax.device_count() == 1, jax.devices()
         for name in ("shard_map_pmean", "global_batch_array"):
             assert exercises.check(name, exercises.get(name).solution, seed=0) is False
-            assert exercises.progress("03", verbose=False)[name] == "failed"
+            assert exercises.progress("04", verbose=False)[name] == "failed"
         print("ok")
     """)
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
@@ -698,7 +698,7 @@ def test_scan_training_loop_refuses_an_unrolled_python_loop_and_accepts_fori_loo
 
 
 # ----------------------------------------------------------------------------------------------
-# Notebook 08: find the bug. The catalogue-wide tests run each worked fix and each classic mistake;
+# Notebook 10: find the bug. The catalogue-wide tests run each worked fix and each classic mistake;
 # these check the broken functions as the notebook hands them out, other right fixes, GAE against
 # float64, and the symptom each bug shows.
 def pasted(broken):
@@ -711,9 +711,9 @@ def pasted(broken):
     return namespace[broken.__name__]
 
 
-@pytest.mark.parametrize("name", sorted(nb08_debugging.BROKEN))
-def test_nb08_broken_function_fails_its_check_and_is_named(name, capsys):
-    broken = nb08_debugging.BROKEN[name]
+@pytest.mark.parametrize("name", sorted(nb10_debugging.BROKEN))
+def test_nb10_broken_function_fails_its_check_and_is_named(name, capsys):
+    broken = nb10_debugging.BROKEN[name]
     label, first_mistake = exercises.get(name).mistakes[0]
     assert first_mistake is broken  # check() names the first matching mistake: the handed-out bug
     assert exercises.check(name, pasted(broken), seed=0) is False
@@ -721,7 +721,7 @@ def test_nb08_broken_function_fails_its_check_and_is_named(name, capsys):
     assert out.startswith(f"FAIL  {name}") and f"this is a classic mistake: {label}" in out, out
 
 
-def test_nb08_broken_sources_are_in_notebook_08_verbatim():
+def test_nb10_broken_sources_are_in_notebook_10_verbatim():
     # The notebook hands out each broken function in a code cell of its own, for the learner to edit.
     import inspect
 
@@ -729,11 +729,10 @@ def test_nb08_broken_sources_are_in_notebook_08_verbatim():
 
     from conftest import NOTEBOOKS_DIR
 
-    found = sorted(NOTEBOOKS_DIR.glob("08_*.ipynb"))
-    if not found:
-        pytest.skip("notebook 08 is not in notebooks/")
+    found = sorted(NOTEBOOKS_DIR.glob("10_*.ipynb"))
+    assert len(found) == 1, found
     sources = [cell.source for cell in nbformat.read(found[0], as_version=4).cells if cell.cell_type == "code"]
-    for name, broken in nb08_debugging.BROKEN.items():
+    for name, broken in nb10_debugging.BROKEN.items():
         assert any(inspect.getsource(broken).strip() in source for source in sources), name
 
 
@@ -839,7 +838,7 @@ def log_prob_by_hand(logits, actions):
     ("fix_nan_log_prob", log_prob_by_log_softmax),
     ("fix_nan_log_prob", log_prob_by_hand),
 ], ids=lambda value: getattr(value, "__name__", value))
-def test_nb08_other_right_fixes_pass(name, fix):
+def test_nb10_other_right_fixes_pass(name, fix):
     assert exercises.check(name, fix, seed=0, trials=3, verbose=False)
 
 
@@ -856,7 +855,7 @@ def gae_float64(rewards, values, dones, last_value, gamma, lam):
     return advantages
 
 
-def test_nb08_gae_matches_a_float64_numpy_loop():
+def test_nb10_gae_matches_a_float64_numpy_loop():
     exercise = exercises.get("fix_gae_off_by_one")
     rng = np.random.default_rng(8)
     for _ in range(10):
@@ -864,49 +863,49 @@ def test_nb08_gae_matches_a_float64_numpy_loop():
         want = gae_float64(*args)
         for fn in (exercise.reference, exercise.solution):
             np.testing.assert_allclose(np.asarray(fn(*args)), want, rtol=1e-5, atol=1e-5)
-        assert np.abs(np.asarray(nb08_debugging.compute_gae(*args)) - want).max() > 1e-2
+        assert np.abs(np.asarray(nb10_debugging.compute_gae(*args)) - want).max() > 1e-2
 
 
-def test_nb08_symptoms_the_notebook_describes():
+def test_nb10_symptoms_the_notebook_describes():
     # fix_reused_key, epsilon = 1 (every action random): with the key carried unchanged, each env
     # repeats its action at every step; a right answer repeats it about 1/A of the time.
     key, q_values = jax.random.key(0), jnp.zeros((40, 64, 4))
-    for fn, low, high in ((nb08_debugging.epsilon_greedy_rollout, 1.0, 1.0), (reused_key_fixed_by_one_edit, 0.2, 0.3)):
+    for fn, low, high in ((nb10_debugging.epsilon_greedy_rollout, 1.0, 1.0), (reused_key_fixed_by_one_edit, 0.2, 0.3)):
         actions = np.asarray(fn(key, q_values, 1.0))
         assert low <= np.mean(actions[1:] == actions[:-1]) <= high, fn.__name__
 
     # fix_target_stop_gradient: the same loss value, a different gradient.
     args = exercises.get("fix_target_stop_gradient").make_inputs(np.random.default_rng(0))
-    fixed, broken = td_loss_stop_gradient_on_next_q, nb08_debugging.td_loss
+    fixed, broken = td_loss_stop_gradient_on_next_q, nb10_debugging.td_loss
     np.testing.assert_allclose(broken(*args), fixed(*args), rtol=1e-6)
     assert not np.allclose(jax.grad(broken)(*args)["w"], jax.grad(fixed)(*args)["w"], rtol=1e-3)
 
     # fix_gather_axis: the right shape, but row 0's values.
     q_values, actions = jnp.arange(15.0).reshape(5, 3), jnp.array([2, 1, 0, 2, 1])
-    np.testing.assert_array_equal(nb08_debugging.chosen_q_values(q_values, actions), q_values[0, actions])
+    np.testing.assert_array_equal(nb10_debugging.chosen_q_values(q_values, actions), q_values[0, actions])
 
     # fix_gae_off_by_one: a value function that is exactly right leaves every advantage 0.
     steps, gamma, last_value = 6, 0.9, jnp.array([2.0])
     values = (gamma ** jnp.arange(steps, 0, -1.0) * last_value)[:, None]
     args = (jnp.zeros((steps, 1)), values, jnp.zeros((steps, 1), bool), last_value, gamma, 0.95)
     np.testing.assert_allclose(gae_python_loop(*args), 0.0, atol=1e-6)
-    wrong = np.asarray(nb08_debugging.compute_gae(*args))
+    wrong = np.asarray(nb10_debugging.compute_gae(*args))
     assert wrong[-1, 0] == 0.0 and np.all(np.abs(wrong[:-1]) > 1e-2)
 
     # fix_mask_after_softmax: the probabilities of a row with an illegal action sum to less than 1.
     logits, mask = jnp.array([[1.0, 2.0, 3.0]]), jnp.array([[True, True, False]])
-    assert float(jnp.exp(nb08_debugging.masked_log_probs(logits, mask)).sum()) < 0.5
+    assert float(jnp.exp(nb10_debugging.masked_log_probs(logits, mask)).sum()) < 0.5
     np.testing.assert_allclose(jnp.exp(masked_with_minus_1e9(logits, mask)).sum(), 1.0, rtol=1e-6)
 
     # fix_done_bootstrap: a terminal transition's target is its reward alone.
-    target = nb08_debugging.td_target(jnp.array([1.0]), jnp.array([[5.0, 7.0]]), jnp.array([True]), jnp.array([False]), 0.9)
+    target = nb10_debugging.td_target(jnp.array([1.0]), jnp.array([[5.0, 7.0]]), jnp.array([True]), jnp.array([False]), 0.9)
     assert float(target[0]) != 1.0
     assert float(done_bootstrap_with_not(jnp.array([1.0]), jnp.array([[5.0, 7.0]]), jnp.array([True]), jnp.array([False]), 0.9)[0]) == 1.0
 
     # fix_nan_log_prob: -inf for an unlikely action, and a NaN gradient; the fix is finite.
     logits, actions = jnp.array([[0.0, 150.0, 1.0]]), jnp.array([0])
-    assert float(nb08_debugging.action_log_probs(logits, actions)[0]) == -np.inf
-    nan_grad = jax.grad(lambda x: nb08_debugging.action_log_probs(x, actions).sum())(logits)
+    assert float(nb10_debugging.action_log_probs(logits, actions)[0]) == -np.inf
+    nan_grad = jax.grad(lambda x: nb10_debugging.action_log_probs(x, actions).sum())(logits)
     assert np.isnan(nan_grad).any()
     good_grad = jax.grad(lambda x: log_prob_by_log_softmax(x, actions).sum())(logits)
     assert np.isfinite(good_grad).all()

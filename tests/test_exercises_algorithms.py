@@ -13,14 +13,14 @@ from labcore import replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.course import exercises
-from labcore.course.exercises import nb02_jit_scan_vmap as nb02
+from labcore.course.exercises import nb03_jit_scan_vmap as nb03
 
 
 def test_the_scan_step_reference_reproduces_labcores_jitted_dqn():
     # scan.make_parts runs warm-up iterations, then iterations that learn; with train_frequency =
     # num_envs an iteration is one env step. Its keys come from the loop key in a fixed order: the
     # exercise's step takes them as inputs, so they are replayed here in that order.
-    config, agent, _, _ = nb02._scan_step_agent(2, 32, 6)
+    config, agent, _, _ = nb03._scan_step_agent(2, 32, 6)
     parts = dqn_scan.make_parts(config)
     params_key, reset_key, loop_key = jax.random.split(jax.random.key(3), 3)
     start = parts.init(params_key, reset_key, loop_key)
@@ -37,7 +37,7 @@ def test_the_scan_step_reference_reproduces_labcores_jitted_dqn():
         act_keys.append(act_key), env_keys.append(env_key), sample_keys.append(sample_key)
     keys = tuple(jnp.stack(k) for k in (act_keys, env_keys, sample_keys))
     carry = (start.train_state, start.buffer, start.env_state, start.obs, start.step)
-    (train_state, buffer, _, obs, step), losses = nb02._scanned(nb02.dqn_scan_step_reference)(carry, keys, agent, config)
+    (train_state, buffer, _, obs, step), losses = nb03._scanned(nb03.dqn_scan_step_reference)(carry, keys, agent, config)
 
     assert int(step) == int(labcore_carry.step) == steps * config.num_envs
     for ours, theirs in zip(jax.tree_util.tree_leaves((train_state, buffer, obs)),

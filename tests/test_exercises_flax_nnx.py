@@ -1,4 +1,4 @@
-"""Notebook 10 (flax_nnx)'s exercises: each checker passes right answers written independently of
+"""Notebook 02 (flax_nnx)'s exercises: each checker passes right answers written independently of
 its worked solution, and rejects the classic wrong ones with a message that says what is wrong.
 
 NoisyLinear is a whole nnx.Module, so its wrong answers are small classes: the ones that hold the
@@ -20,7 +20,7 @@ import pytest
 from flax import nnx
 
 from labcore.course import exercises
-from labcore.course.exercises import nb10_flax_nnx
+from labcore.course.exercises import nb02_flax_nnx
 
 NAMES = ["torch_to_nnx", "nnx_scan_fit", "noisy_linear_nnx"]
 
@@ -57,7 +57,7 @@ def test_torch_to_nnx_passes_a_right_answer(capsys):
 def test_torch_to_nnx_answers_load_into_an_nnx_mlp_that_computes_what_pytorch_does():
     import torch
 
-    (state_dict,) = nb10_flax_nnx._torch_checkpoint_inputs(np.random.default_rng(3))
+    (state_dict,) = nb02_flax_nnx._torch_checkpoint_inputs(np.random.default_rng(3))
     sizes = [state_dict["0.weight"].shape[1]] + [w.shape[0] for k, w in state_dict.items() if k.endswith(".weight")]
 
     class DeepMLP(nnx.Module):
@@ -74,7 +74,7 @@ def test_torch_to_nnx_answers_load_into_an_nnx_mlp_that_computes_what_pytorch_do
 
     model = DeepMLP(sizes, rngs=nnx.Rngs(params=0))
     params = nnx.state(model, nnx.Param)
-    nnx.replace_by_pure_dict(params, nb10_flax_nnx.torch_to_nnx(state_dict))
+    nnx.replace_by_pure_dict(params, nb02_flax_nnx.torch_to_nnx(state_dict))
     nnx.update(model, params)
     modules = []
     for n_in, n_out in zip(sizes[:-1], sizes[1:]):
@@ -368,7 +368,7 @@ def test_noisy_linear_names_the_classic_mistake_a_layer_makes(wrong, seen, label
 
 
 def test_the_exercises_are_registered_in_the_notebooks_order():
-    assert [exercise.name for exercise in nb10_flax_nnx.catalogue()] == NAMES
+    assert [exercise.name for exercise in nb02_flax_nnx.catalogue()] == NAMES
     assert all(name in exercises.names() for name in NAMES)
     assert exercises.get("noisy_linear_nnx").core
 
@@ -378,6 +378,6 @@ def test_the_notebook_checks_them_on_the_learners_stubs():
     from conftest import NOTEBOOKS_DIR
     from test_notebooks import exercise_problems
 
-    problems = exercise_problems(nbformat.read(NOTEBOOKS_DIR / "10_flax_nnx.ipynb", as_version=4))
+    problems = exercise_problems(nbformat.read(NOTEBOOKS_DIR / "02_flax_nnx.ipynb", as_version=4))
     assert problems["checked"] == NAMES
     assert problems["errors"] == []

@@ -1,8 +1,8 @@
 """The judged checkers of two core updates accept any right answer, whatever its key convention, and still
 name each classic mistake.
 
-``ppo_update_epoch`` (notebook 05) reads the learner's minibatches through a probe loss and accepts any
-shuffle drawn from the key; ``noisy_linear_nnx`` (notebook 10) accepts any way of getting a key for each
+``ppo_update_epoch`` (notebook 07) reads the learner's minibatches through a probe loss and accepts any
+shuffle drawn from the key; ``noisy_linear_nnx`` (notebook 02) accepts any way of getting a key for each
 of the two noise draws. Right answers below are written with the conventions the old checkers refused
 (a split key, a folded key, an argsort of uniform draws; the keys split the other way round, fold_in 0
 and 1); wrong ones are the catalogue's classic mistakes and the same mistakes written with other key
@@ -18,7 +18,7 @@ import optax
 import pytest
 
 from labcore.course import exercises
-from labcore.course.exercises import nb10_flax_nnx, ppo_epoch_checks
+from labcore.course.exercises import nb02_flax_nnx, ppo_epoch_checks
 
 
 def passes(name: str, answer, capsys, seed: int = 0) -> None:
@@ -190,20 +190,20 @@ def test_the_probe_reads_the_minibatches_an_epoch_used():
 # noisy_linear_nnx
 
 
-class KeysSplitTheOtherWay(nb10_flax_nnx.NoisyLinear):
+class KeysSplitTheOtherWay(nb02_flax_nnx.NoisyLinear):
     def noise(self, key):
         bias_key, kernel_key = jax.random.split(key)
         return (jax.random.normal(kernel_key, (self.in_features, self.out_features)),
                 jax.random.normal(bias_key, (self.out_features,)))
 
 
-class KeysFoldedIn(nb10_flax_nnx.NoisyLinear):
+class KeysFoldedIn(nb02_flax_nnx.NoisyLinear):
     def noise(self, key):
         return (jax.random.normal(jax.random.fold_in(key, 0), self.kernel.shape),
                 jax.random.normal(jax.random.fold_in(key, 1), self.bias.shape))
 
 
-class OneDrawCutInTwo(nb10_flax_nnx.NoisyLinear):
+class OneDrawCutInTwo(nb02_flax_nnx.NoisyLinear):
     """One normal draw of in * out + out numbers, cut into the kernel's and the bias's: independent too."""
 
     def noise(self, key):
@@ -232,7 +232,7 @@ class NoBiasNoiseFoldedIn(KeysFoldedIn):
         return x @ (self.kernel[...] + self.sigma_kernel[...] * eps_kernel) + self.bias[...]
 
 
-class FactorisedNoiseFoldedIn(nb10_flax_nnx.NoisyLinear):
+class FactorisedNoiseFoldedIn(nb02_flax_nnx.NoisyLinear):
     def noise(self, key):
         f = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))  # noqa: E731
         eps_in = f(jax.random.normal(jax.random.fold_in(key, 1), (self.in_features,)))
@@ -240,7 +240,7 @@ class FactorisedNoiseFoldedIn(nb10_flax_nnx.NoisyLinear):
         return eps_in[:, None] * eps_out[None, :], eps_out
 
 
-class SplitKeyDrawnTwice(nb10_flax_nnx.NoisyLinear):
+class SplitKeyDrawnTwice(nb02_flax_nnx.NoisyLinear):
     def noise(self, key):
         kernel_key, _ = jax.random.split(key)
         return (jax.random.normal(kernel_key, (self.in_features, self.out_features)),
@@ -260,13 +260,13 @@ def test_noisy_linear_names_a_mistake_whatever_its_key_convention(wrong, label, 
     assert "this is a classic mistake: " in out and label in out, out
 
 
-class OneFoldedKeyForBoth(nb10_flax_nnx.NoisyLinear):
+class OneFoldedKeyForBoth(nb02_flax_nnx.NoisyLinear):
     def noise(self, key):  # two key objects with the same data: the checker's key tracking does not see it
         return (jax.random.normal(jax.random.fold_in(key, 0), self.kernel.shape),
                 jax.random.normal(jax.random.fold_in(key, 0), self.bias.shape))
 
 
-class UniformNoiseOfVarianceOne(nb10_flax_nnx.NoisyLinear):
+class UniformNoiseOfVarianceOne(nb02_flax_nnx.NoisyLinear):
     def noise(self, key):
         kernel_key, bias_key = jax.random.split(key)
         bound = 3.0**0.5  # U(-sqrt 3, sqrt 3): mean 0 and variance 1, but not normal

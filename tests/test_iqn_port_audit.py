@@ -1,6 +1,6 @@
 """The mistakes a PyTorch-to-Flax port of the IQN learner can make, and where labcore avoids each.
 
-Notebook 04 teaches the fix of each where it arises and names them all in its appendix; ``PITFALLS``
+Notebook 06 teaches the fix of each where it arises and names them all in its appendix; ``PITFALLS``
 below is the list with, for each, the labcore code that avoids it and the tests that fail if it
 comes back. These tests hold the list to the repository: every named function exists, every named
 test exists, and the port's public functions carry the docstrings and annotations that the last two

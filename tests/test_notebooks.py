@@ -24,7 +24,7 @@ import pytest
 
 from conftest import NOTEBOOKS_DIR, REPO_ROOT
 from labcore.course import exercises
-from labcore.course.exercises import nb08_debugging
+from labcore.course.exercises import nb10_debugging
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 SETUP_CELL = (REPO_ROOT / "colab" / "setup_cell.py").read_text().strip()
@@ -137,7 +137,7 @@ def test_repository_read_rule_catches_reads_outside_the_package(source):
 
 
 @pytest.mark.parametrize("source", [
-    'runs_dir = Path("runs") / "05_masked_ppo"  # written next to the notebook',
+    'runs_dir = Path("runs") / "07_masked_ppo"  # written next to the notebook',
     'print("the same comparisons run in tests/test_iqn_parity.py on every commit")',
     "# benchmarks/iqn_modes.py measures the same at a larger size\nx = 1",
     'from labcore.agents.iqn.timing import timed_block\nfrom labcore.tools.benchmarking import matmul_rate',
@@ -155,7 +155,7 @@ SOLUTION_CALL = re.compile(r"""(?<![\w])solution\(\s*["'](\w+)["']""")
 
 
 # Find-the-bug exercises hand the learner a broken function to fix instead of a stub to fill in.
-HANDED_OUT = dict(nb08_debugging.BROKEN)
+HANDED_OUT = dict(nb10_debugging.BROKEN)
 
 
 def exercise_problems(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
@@ -239,15 +239,16 @@ def shown_sources(nb: nbformat.NotebookNode) -> set[str]:
 
 
 # Each training notebook shows its algorithm's core from labcore's source (what must be among the
-# show_source calls) and sets a core exercise on it.
+# show_source calls) and sets a core exercise on it. Notebook 05 runs notebook 04's update, written
+# there, across processes: its exercises are the bookkeeping around it, none of them core.
 TRAINING_CORES = {
     "01": {"labcore.agents.dqn.core.make_loss", "labcore.agents.dqn.core.make_update"},
-    "02": {"labcore.agents.dqn.scan.make_parts"},
-    "03": {"labcore.agents.dqn.data_parallel.make_shard_map_update"},
-    "04": {"labcore.agents.iqn.core.train_step"},
-    "05": {"labcore.agents.ppo.core.make_ppo"},
-    "07": {"labcore.agents.gflownet.core.trajectory_balance"},
-    "09": {"labcore.agents.pqn.core.make_pqn", "labcore.losses.q_lambda_targets"},
+    "03": {"labcore.agents.dqn.scan.make_parts"},
+    "04": {"labcore.agents.dqn.data_parallel.make_shard_map_update"},
+    "06": {"labcore.agents.iqn.core.train_step"},
+    "07": {"labcore.agents.ppo.core.make_ppo"},
+    "09": {"labcore.agents.gflownet.core.trajectory_balance"},
+    "11": {"labcore.agents.pqn.core.make_pqn", "labcore.losses.q_lambda_targets"},
 }
 
 

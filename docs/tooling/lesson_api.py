@@ -5,7 +5,7 @@
 ``docs/tooling/lessons.py`` writes each entry as ``{py:<role>}`<label> <dotted.path>```. Each
 algorithm's lesson lists its config class, its pure trainer (or update), its driver (results
 folder, checkpoints, resume), its checkpoint loader where it has one, and its evaluation, then the
-modules the lesson teaches with; lessons 00, 06 and 08 list the modules they teach.
+modules the lesson teaches with; lessons 00, 08 and 10 list the modules they teach.
 
 A path is the object's home, the module that defines it (where the API reference documents it),
 not a module that re-exports it: ``labcore.course.exercises.checking.check``, not
@@ -47,7 +47,13 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("losses.huber_loss", "labcore.losses.huber_loss", "func"),
         ("plot_metrics", "labcore.logging.plot_metrics", "func"),
     ],
-    "02_jit_scan_vmap": [
+    "02_flax_nnx": [
+        ("nets.functional.Functional", "labcore.nets.functional.Functional", "class"),
+        ("nets.actor_critic", "labcore.nets.actor_critic", "mod"),
+        ("NoisyLinear", "labcore.nets.noisy.NoisyLinear", "class"),
+        ("nets.q_networks", "labcore.nets.q_networks", "mod"),
+    ],
+    "03_jit_scan_vmap": [
         ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
         ("dqn.scan.make_train", "labcore.agents.dqn.scan.make_train", "func"),
         ("dqn.scan.make_parts", "labcore.agents.dqn.scan.make_parts", "func"),
@@ -60,10 +66,14 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("labcore.tools.introspection", "labcore.tools.introspection", "mod"),
         ("labcore.compile_cache", "labcore.compile_cache", "mod"),
     ],
-    "03_distributed": [
+    "04_many_devices": [
         ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
         ("dqn.core.make_update", "labcore.agents.dqn.core.make_update", "func"),
         ("dqn.data_parallel", "labcore.agents.dqn.data_parallel", "mod"),
+        ("dqn.data_parallel.make_shard_map_update", "labcore.agents.dqn.data_parallel.make_shard_map_update", "func"),
+    ],
+    "05_many_processes": [
+        ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
         ("dqn.multi_process.train", "labcore.agents.dqn.multi_process.train", "func"),
         ("dqn.actor_learner.run", "labcore.agents.dqn.actor_learner.run", "func"),
         ("checkpoint.restore", "labcore.checkpoint.restore", "func"),
@@ -72,7 +82,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("distributed.launch", "labcore.distributed.launch", "func"),
         ("labcore.ray_cluster", "labcore.ray_cluster", "mod"),
     ],
-    "04_iqn_port": [
+    "06_iqn_port": [
         ("IQNConfig", "labcore.agents.iqn.core.IQNConfig", "class"),
         ("IQNRunConfig", "labcore.agents.iqn.run_config.IQNRunConfig", "class"),
         ("iqn.core.train_step", "labcore.agents.iqn.core.train_step", "func"),
@@ -88,7 +98,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("envs.treasurehunt", "labcore.envs.treasurehunt", "mod"),
         ("torch_ref.irainbow", "labcore.torch_ref.irainbow", "mod"),
     ],
-    "05_masked_ppo": [
+    "07_masked_ppo": [
         ("PPOConfig", "labcore.agents.ppo.core.PPOConfig", "class"),
         ("ppo.core.make_train", "labcore.agents.ppo.core.make_train", "func"),
         ("ppo.core.make_ppo", "labcore.agents.ppo.core.make_ppo", "func"),
@@ -103,7 +113,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("labcore.losses", "labcore.losses", "mod"),
         ("devices.auto_tune", "labcore.devices.auto_tune", "func"),
     ],
-    "06_accelerators": [
+    "08_accelerators": [
         ("labcore.devices", "labcore.devices", "mod"),
         ("devices.auto_tune", "labcore.devices.auto_tune", "func"),
         ("devices.default_matmul_precision", "labcore.devices.default_matmul_precision", "func"),
@@ -114,7 +124,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("dqn.data_parallel", "labcore.agents.dqn.data_parallel", "mod"),
         ("ActorCritic", "labcore.nets.actor_critic.ActorCritic", "class"),
     ],
-    "07_gflownet_hybrid": [
+    "09_gflownet_hybrid": [
         ("GFlowNetConfig", "labcore.agents.gflownet.core.GFlowNetConfig", "class"),
         ("gflownet.core.make_train", "labcore.agents.gflownet.core.make_train", "func"),
         ("gflownet.core.make_gradient_step", "labcore.agents.gflownet.core.make_gradient_step", "func"),
@@ -128,7 +138,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("HyperGridEnv", "labcore.envs.hypergrid_env.HyperGridEnv", "class"),
         ("torch_ref.gflownet", "labcore.torch_ref.gflownet", "mod"),
     ],
-    "08_debugging_profiling": [
+    "10_debugging_profiling": [
         ("labcore.tools.profiling", "labcore.tools.profiling", "mod"),
         ("profiling.trace", "labcore.tools.profiling.trace", "func"),
         ("profiling.read_trace", "labcore.tools.profiling.read_trace", "func"),
@@ -141,7 +151,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("logging.read_tensorboard_scalars", "labcore.logging.read_tensorboard_scalars", "func"),
         ("exercises.debugging_drills", "labcore.course.exercises.debugging_drills", "mod"),
     ],
-    "09_pqn": [
+    "11_pqn": [
         ("PQNConfig", "labcore.agents.pqn.core.PQNConfig", "class"),
         ("pqn.core.make_train", "labcore.agents.pqn.core.make_train", "func"),
         ("pqn.core.make_pqn", "labcore.agents.pqn.core.make_pqn", "func"),
@@ -152,12 +162,6 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("MLPQNetwork", "labcore.nets.q_networks.MLPQNetwork", "class"),
         ("labcore.course.curves", "labcore.course.curves", "mod"),
         ("labcore.course.published", "labcore.course.published", "mod"),
-    ],
-    "10_flax_nnx": [
-        ("nets.functional.Functional", "labcore.nets.functional.Functional", "class"),
-        ("nets.actor_critic", "labcore.nets.actor_critic", "mod"),
-        ("NoisyLinear", "labcore.nets.noisy.NoisyLinear", "class"),
-        ("nets.q_networks", "labcore.nets.q_networks", "mod"),
     ],
 }
 

@@ -27,7 +27,7 @@ DOCS = pathlib.Path(__file__).resolve().parents[1]
 SITE = DOCS / "_build" / "html"
 LESSONS = DOCS / "lessons"
 SCREENSHOTS = DOCS / "_build" / "screenshots"
-SCREENSHOT_LESSON = os.environ.get("LABCORE_SCREENSHOT_LESSON", "lessons/05_masked_ppo.html")
+SCREENSHOT_LESSON = os.environ.get("LABCORE_SCREENSHOT_LESSON", "lessons/07_masked_ppo.html")
 # Debian's packages by default; LABCORE_CHROMIUM / LABCORE_CHROMEDRIVER name another Chrome and its
 # driver (GitHub's runners ship Google Chrome and a matching chromedriver).
 CHROMIUM = tuple(filter(None, (os.environ.get("LABCORE_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser")))

@@ -3,7 +3,7 @@
 * ``core``: ``GFlowNetConfig``, the TB / DB / FL / SubTB / FM losses, the JAX policy, the
   ``lax.scan`` sampler and all of the all-JAX training as one ``make_train``;
 * ``trainers``: the four trainers behind ``GFlowNetConfig.trainer`` (torch, hybrid, jax_policy,
-  jax), each timing its phases (notebook 07's migration, one step at a time);
+  jax), each timing its phases (notebook 09's migration, one step at a time);
 * ``run``: the driver, ``train``: a results folder for any trainer; the all-JAX one on
   ``labcore.loop`` (checkpoints, exact resume, seeds in one vmap).
 

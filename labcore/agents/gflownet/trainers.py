@@ -12,7 +12,7 @@
 All return the same dict: losses per iteration, L1 (sum form) of the recent samples against the
 exact target, and seconds per phase (torch / hybrid: sampling, conversion, gradient step,
 parameter sync; jax_policy: sampling, gradient step; jax: compile, and the fused iterations).
-The order torch -> hybrid -> jax_policy -> jax is the migration of notebook 07, one step at a time.
+The order torch -> hybrid -> jax_policy -> jax is the migration of notebook 09, one step at a time.
 
 ``labcore.agents.gflownet.run.train`` writes any of them into a results folder (the all-JAX one
 on the shared loop, with checkpoints and resume).

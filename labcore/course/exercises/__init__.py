@@ -31,7 +31,7 @@ import importlib
 from labcore.course.exercises.checking import (
     Exercise, InputMaker, check, first_mismatch, get, hint, names, progress, register, solution,
 )
-from labcore.course.exercises.nb03_distributed import PMEAN_AXIS
+from labcore.course.exercises.nb04_many_devices import PMEAN_AXIS
 from labcore.course.exercises.quizzing import quiz
 
 __all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "quiz",
@@ -41,9 +41,9 @@ __all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "g
 NOTEBOOK_MODULES = tuple(
     importlib.import_module(f"labcore.course.exercises.{name}")
     for name in (
-        "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_jit_scan_vmap", "nb03_distributed",
-        "nb04_iqn_port", "nb05_masked_ppo", "nb06_accelerators", "nb07_gflownet", "nb08_debugging",
-        "nb09_pqn", "nb10_flax_nnx",
+        "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_flax_nnx", "nb03_jit_scan_vmap", "nb04_many_devices",
+        "nb05_many_processes", "nb06_iqn_port", "nb07_masked_ppo", "nb08_accelerators", "nb09_gflownet",
+        "nb10_debugging", "nb11_pqn",
     )
 )
 

@@ -1,4 +1,4 @@
-"""What notebook 03's core exercise, ``data_parallel_dqn_update``, runs: the DQN gradient step on every device.
+"""What notebook 04's core exercise, ``data_parallel_dqn_update``, runs: the DQN gradient step on every device.
 
 The learner writes the step one device runs under ``jax.shard_map``: the DQN loss on this device's
 shard of the batch, its gradient averaged over the devices with ``lax.pmean``, then the optimiser

@@ -1,9 +1,9 @@
-"""The checking side of notebook 08's find-the-bug exercises (labcore.course.exercises.nb08_debugging).
+"""The checking side of notebook 10's find-the-bug exercises (labcore.course.exercises.nb10_debugging).
 
 For each exercise: the input maker (random shapes and values), the reference the learner's fix is
 compared with, a worked fix written as a learner would write it (``solution(name)`` shows it), and
 the other classic wrong answers ``check`` recognises. The broken functions handed out, and the
-exercise records, are in nb08_debugging; this module holds what they are checked with.
+exercise records, are in nb10_debugging; this module holds what they are checked with.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import jnp_f32
-from labcore.course.exercises.nb05_masked_ppo import gae_reference  # notebook 05's GAE exercise checks the same function
+from labcore.course.exercises.nb07_masked_ppo import gae_reference  # notebook 07's GAE exercise checks the same function
 
 def epsilon_greedy_inputs(rng: np.random.Generator) -> tuple:
     # T >= 2 and B >= 2: a key reused across steps, or one coin for the batch, shows only then. Shapes

@@ -1,4 +1,4 @@
-"""What notebook 04's core exercise, ``iqn_train_step``, is checked with: the port's whole update.
+"""What notebook 06's core exercise, ``iqn_train_step``, is checked with: the port's whole update.
 
 The learner writes IQN's update from the network's forward: the three forwards of the loss (the
 local network on the next states to choose a*, the target network on the next states for the

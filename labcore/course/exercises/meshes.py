@@ -1,4 +1,4 @@
-"""The meshes of CPU devices that notebook 03's data-parallel exercises are checked on.
+"""The meshes of CPU devices that the device exercises of notebooks 04 and 05 are checked on.
 
 On one device a collective changes nothing and a whole batch on one device is trivially "sharded",
 so a wrong answer would pass: the checks draw a mesh of 2 to 8 of this process's CPU devices, and
@@ -18,7 +18,7 @@ CPU_DEVICES_NEEDED = (
     "this check needs a mesh of at least {needed} devices and this process has {have} CPU device(s): "
     "on one device a collective changes nothing and a batch on one device counts as sharded, so a wrong "
     "answer would pass. Set XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported "
-    "(notebook 03's set-up cell does; restart the kernel if jax was imported first)"
+    "(the set-up cells of notebooks 04 and 05 do; restart the kernel if jax was imported first)"
 )
 
 

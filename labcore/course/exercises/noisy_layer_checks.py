@@ -1,4 +1,4 @@
-"""What notebook 10's core exercise, ``noisy_linear_nnx``, asks of a learner's NNX NoisyLinear.
+"""What notebook 02's core exercise, ``noisy_linear_nnx``, asks of a learner's NNX NoisyLinear.
 
 The checker builds the learner's layer (through the class itself, or a function
 ``(in_features, out_features, rngs) -> layer``) and checks what the module holds (four ``nnx.Param``s of

@@ -1,4 +1,4 @@
-"""What notebook 05's core exercise, ``ppo_update_epoch``, asks of a learner's epoch, judged by behaviour.
+"""What notebook 07's core exercise, ``ppo_update_epoch``, asks of a learner's epoch, judged by behaviour.
 
 Which permutation shuffles the batch is the learner's choice: ``jax.random.permutation(key, N)``, a
 permutation with a key split or folded from ``key``, an argsort of uniform draws all pass. The judge asks

@@ -1,4 +1,4 @@
-"""Notebook 02 (jit_scan_vmap): DQN's scan step (act, store, learn) written by the learner, a training
+"""Notebook 03 (jit_scan_vmap): DQN's scan step (act, store, learn) written by the learner, a training
 loop as one lax.scan, and per-example losses and gradients with vmap."""
 
 from __future__ import annotations

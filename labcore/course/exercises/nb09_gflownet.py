@@ -1,4 +1,4 @@
-"""Notebook 07 (gflownet_hybrid): GFlowNets on HyperGrid.
+"""Notebook 09 (gflownet_hybrid): GFlowNets on HyperGrid.
 
 ``trajectory_balance`` is the GFlowNet's own core (``core=True``): the residual that
 ``labcore.agents.gflownet.core.trajectory_balance`` squares and averages, from per-step

@@ -1,10 +1,10 @@
-"""Lesson 09's quiz: what PQN drops from DQN and what replaces it, the Q(lambda) target, what the paper proves,
+"""Lesson 11's quiz: what PQN drops from DQN and what replaces it, the Q(lambda) target, what the paper proves,
 and when the targets are computed."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="09",
+    lesson="11",
     title="PQN",
     questions=(
         Question(

@@ -1,4 +1,4 @@
-"""Notebook 08 (debugging): find the bug in seven small, broken pieces of JAX RL.
+"""Notebook 10 (debugging): find the bug in seven small, broken pieces of JAX RL.
 
 Each exercise hands the learner a function that runs, jits and returns the right shapes, yet is wrong:
 a PRNG key reused, a gradient that flows through the TD target, a gather on the wrong axis, GAE off

@@ -1,9 +1,9 @@
-"""Lesson 04's quiz: the quantile Huber loss, its asymmetric weight, the sampled taus and the target action."""
+"""Lesson 06's quiz: the quantile Huber loss, its asymmetric weight, the sampled taus and the target action."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="04",
+    lesson="06",
     title="IQN, ported from PyTorch",
     questions=(
         Question(

@@ -1,4 +1,4 @@
-"""Notebook 04 (iqn_port): the IQN port (NoisyLinear, the quantile Huber loss, the update, the frame buffer's ring).
+"""Notebook 06 (iqn_port): the IQN port (NoisyLinear, the quantile Huber loss, the update, the frame buffer's ring).
 
 The core exercise is the port's whole update, ``iqn_train_step`` (checked against labcore's
 ``train_step``; its pieces are in ``iqn_train_step_checks``). The NoisyLinear forward, the layer that

@@ -1,10 +1,10 @@
-"""Lesson 10's quiz: nnx.split and nnx.merge, the cost of nnx.jit, random state in NNX and Linen, and where to
+"""Lesson 02's quiz: nnx.split and nnx.merge, the cost of nnx.jit, random state in NNX and Linen, and where to
 merge in a loss."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="10",
+    lesson="02",
     title="Flax NNX",
     questions=(
         Question(

@@ -1,9 +1,9 @@
-"""Lesson 02's quiz: what jit traces, what lax.scan carries, and vmap over whole training runs."""
+"""Lesson 03's quiz: what jit traces, what lax.scan carries, and vmap over whole training runs."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="02",
+    lesson="03",
     title="jit, scan and vmap",
     questions=(
         Question(
@@ -91,7 +91,7 @@ QUIZ = Quiz(
                        "The parameters are created inside train from its key, so each key gives its own initial "
                        "parameters, exploration and env resets."),
                 Choice("8 agents whose gradients are averaged at every update.",
-                       "That is data parallelism, a pmean over a named axis (lesson 03); vmap over train adds no "
+                       "That is data parallelism, a pmean over a named axis (lesson 04); vmap over train adds no "
                        "collective."),
                 Choice("8 independent training runs, one per key, in one compiled program.",
                        "train is a pure function of its key, so vmap adds a leading seed axis to everything it "

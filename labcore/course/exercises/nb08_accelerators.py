@@ -1,4 +1,4 @@
-"""Notebook 06 (accelerators): precision and memory on accelerators."""
+"""Notebook 08 (accelerators): precision and memory on accelerators."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Lesson 06's quiz: bfloat16 against float16, the default matmul precision, timing a jitted call, GPU memory."""
+"""Lesson 08's quiz: bfloat16 against float16, the default matmul precision, timing a jitted call, GPU memory."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="06",
+    lesson="08",
     title="GPUs, TPUs and precision",
     questions=(
         Question(

@@ -1,9 +1,9 @@
-"""Lesson 05's quiz: masking the logits, the mask in the update, the clipped objective, GAE, truncation."""
+"""Lesson 07's quiz: masking the logits, the mask in the update, the clipped objective, GAE, truncation."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="05",
+    lesson="07",
     title="Action-masked PPO",
     questions=(
         Question(

@@ -1,9 +1,9 @@
-"""Lesson 08's quiz: print under jit, a NaN log-probability, reading a profile, a silent recompile."""
+"""Lesson 10's quiz: print under jit, a NaN log-probability, reading a profile, a silent recompile."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="08",
+    lesson="10",
     title="Debugging and profiling JAX",
     questions=(
         Question(

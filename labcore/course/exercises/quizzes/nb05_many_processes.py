@@ -1,47 +1,49 @@
-"""Lesson 03's quiz: pmean across devices, why gradients are averaged, identical replicas, sync vs async."""
+"""Lesson 05's quiz: identical replicas across processes, a dead worker, global and local devices, Ray's actors."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="03",
-    title="Data-parallel and distributed DQN",
+    lesson="05",
+    title="Many processes and machines: jax.distributed and Ray",
     questions=(
         Question(
-            "Four devices each compute g_d, the mean gradient over their own 32 rows of a 128-row batch, then call "
-            "lax.pmean(g, 'devices'). What does each device hold afterwards?",
+            "Two processes with two devices each have called jax.distributed.initialize(). What do jax.devices() "
+            "and jax.local_devices() return in process 1?",
             (
-                Choice("Its own g_d: pmean only reports the mean to the host.",
-                       "pmean is a collective inside the compiled program: its result replaces each device's "
-                       "value."),
-                Choice("g_0 + g_1 + g_2 + g_3, on every device.",
-                       "That is psum; pmean divides the sum by the number of devices on the axis."),
-                Choice("The mean on device 0 only; the other devices receive it by a broadcast afterwards.",
-                       "That would be two steps, a reduce and then a broadcast; pmean is one collective."),
-                Choice("(g_0 + g_1 + g_2 + g_3) / 4 on every device: the mean gradient over all 128 rows.",
-                       "pmean is an all-reduce that averages over the named axis. With equal shards the mean of "
-                       "the shard means is the whole batch's mean gradient, so every replica applies the update "
-                       "one device would compute on the whole batch."),
-            ),
-            answer="d",
-        ),
-        Question(
-            "Why does the data-parallel update average the gradients (pmean) rather than add them (psum)?",
-            (
-                Choice("Averaging keeps the replicas identical; with psum they would drift apart.",
-                       "psum also leaves the same value on every device, so the replicas would stay identical; "
-                       "what would change is the size of the gradient."),
-                Choice("Each device's loss is a mean over its shard, so the average of the shard gradients is "
-                       "exactly the gradient of the whole batch's mean loss, whatever the number of devices.",
-                       "The update then equals one device's update on the whole batch. A sum is n times that: "
-                       "with plain SGD it multiplies the learning rate by n, and even with Adam it changes what "
-                       "gradient clipping and Adam's epsilon see, so results would depend on the device count."),
-                Choice("pmean needs less communication than psum.",
-                       "Both are the same all-reduce; pmean only divides the result by the axis size, locally."),
-                Choice("Averaging reduces the gradient's variance; summing would not.",
-                       "The sum and the mean point the same way and differ by the constant factor n; the noise "
-                       "reduction comes from the larger batch in both cases."),
+                Choice("jax.devices(): its own 2 devices; jax.local_devices(): the same 2.",
+                       "Before initialize that would be so. Afterwards jax.devices() is global."),
+                Choice("jax.devices(): all 4 devices of both processes; jax.local_devices(): its own 2, the ones "
+                       "it can feed and read.",
+                       "A global mesh is built over jax.devices(); each process supplies the blocks of a global "
+                       "array that live on its local devices (jax.make_array_from_process_local_data)."),
+                Choice("jax.devices(): all 4; jax.local_devices(): all 4 as well, since the processes share "
+                       "memory.",
+                       "Processes share no memory: a process can put data only on its own devices, and values "
+                       "cross processes only through collectives."),
+                Choice("jax.devices(): process 0's devices, since process 0 is the coordinator.",
+                       "The coordinator only helps the processes meet; it does not own the other processes' "
+                       "devices."),
             ),
             answer="b",
+        ),
+        Question(
+            "In a two-process data-parallel run, worker 1 crashes while worker 0 is inside an all-reduce. What "
+            "happens without a supervisor, and what does labcore.distributed.launch do?",
+            (
+                Choice("Worker 0 notices the missing peer, skips the all-reduce and trains alone.",
+                       "A collective has no partial result: the all-reduce cannot finish without every "
+                       "participant."),
+                Choice("JAX restarts worker 1 and both carry on from the last step.",
+                       "jax.distributed does not restart processes; resuming from a checkpoint is a new launch."),
+                Choice("Without a supervisor worker 0 waits in the collective forever; launch watches every worker, "
+                       "stops all the others when one exits with an error, and reports which one died.",
+                       "A hang is the worst failure: nothing says what went wrong. The launcher also gives up when "
+                       "the cluster does not form within join_timeout_s or the run exceeds timeout_s."),
+                Choice("Worker 0 raises an exception at once, naming worker 1.",
+                       "The survivor is blocked inside the collective, not failing; it learns nothing of the crash "
+                       "by itself."),
+            ),
+            answer="c",
         ),
         Question(
             "In labcore's data-parallel DQN each device steps its own envs into its own replay buffer, and no "

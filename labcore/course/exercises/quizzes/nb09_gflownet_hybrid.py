@@ -1,10 +1,10 @@
-"""Lesson 07's quiz: what trajectory balance equates, the learned log Z, sampling in proportion to the reward,
+"""Lesson 09's quiz: what trajectory balance equates, the learned log Z, sampling in proportion to the reward,
 and where the migration from PyTorch gains its speed."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="07",
+    lesson="09",
     title="GFlowNets, from PyTorch to JAX",
     questions=(
         Question(

@@ -1,4 +1,4 @@
-"""Notebook 05 (masked_ppo): masked policies, GAE, PPO's masked clipped loss and one update epoch.
+"""Notebook 07 (masked_ppo): masked policies, GAE, PPO's masked clipped loss and one update epoch.
 
 The last two are PPO's own core (``core=True``): the clipped policy loss at the heart of what
 ``labcore.agents.ppo.core.make_ppo`` minimises, and the epoch of shuffled minibatch steps it takes per

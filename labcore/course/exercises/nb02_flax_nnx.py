@@ -1,4 +1,4 @@
-"""Notebook 10 (flax_nnx): a PyTorch checkpoint ported to NNX, an NNX model trained inside one
+"""Notebook 02 (flax_nnx): a PyTorch checkpoint ported to NNX, an NNX model trained inside one
 ``lax.scan``, and NoisyLinear written as an NNX module.
 
 ``noisy_linear_nnx`` is the core exercise: the learner writes a whole ``nnx.Module``, and the checker
