@@ -1,9 +1,10 @@
-"""Notebook 04 (many devices in one process): the data-parallel step under ``jax.shard_map``, first a
-small regression (``shard_map_pmean``, a warm-up), then DQN's own update (``data_parallel_dqn_update``).
+"""Notebook 04 (many devices in one process): one global batch from per-device blocks
+(``global_batch_array``), then the data-parallel step under ``jax.shard_map``, first a small regression
+(``shard_map_pmean``, a warm-up), then DQN's own update (``data_parallel_dqn_update``).
 
-On one device a collective changes nothing, so a wrong answer would pass; both checkers build a mesh of at
-least 2 CPU devices (``meshes``) and, where this process has fewer, refuse: the check fails with the reason
-and the fix instead of passing.
+On one device a collective changes nothing and a whole batch on one device is trivially "sharded", so a
+wrong answer would pass; these checkers build a mesh of at least 2 CPU devices (``meshes``) and, where this
+process has fewer, refuse: the check fails with the reason and the fix instead of passing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,71 @@ import numpy as np
 
 from labcore.course.exercises.checking import Exercise
 from labcore.course.exercises.meshes import PMEAN_AXIS, draw_mesh, refuse_small
+
+# ----------------------------------------------------------------------------------------------
+# global_batch_array: one global jax.Array from the blocks each device holds.
+
+
+def _global_batch_inputs(rng: np.random.Generator) -> tuple:
+    mesh = draw_mesh(rng, shuffled=True)
+    rows, features = int(rng.integers(1, 5)), int(rng.integers(1, 6))
+    blocks = [rng.normal(size=(rows, features)).astype(np.float32) for _ in range(mesh.size)]
+    return blocks, mesh
+
+
+def _global_batch_expected(blocks, mesh):
+    """The global batch (the blocks in mesh order) and, for each device of the mesh in order, the
+    rows it holds: its own block and nothing else."""
+    return {"values": np.concatenate(blocks), "rows_on_each_mesh_device": list(blocks)}
+
+
+def _placement(array, mesh) -> dict:
+    """What the checker compares for the learner's array: its values, and the rows each device of
+    the mesh holds (none: an empty block)."""
+    if not isinstance(array, jax.Array):
+        raise TypeError(f"the answer must be a jax.Array placed on the mesh's devices, not a {type(array).__module__}.{type(array).__name__}")
+    held = {shard.device: np.asarray(shard.data) for shard in array.addressable_shards}
+    nothing = np.zeros((0, *array.shape[1:]), array.dtype)
+    return {"values": np.asarray(array), "rows_on_each_mesh_device": [held.get(device, nothing) for device in mesh.devices.flat]}
+
+
+def _run_and_locate(build):
+    def run(blocks, mesh):
+        refuse_small(mesh)
+        return _placement(build(blocks, mesh), mesh)
+
+    return run
+
+
+def global_batch_array_solution(blocks, mesh):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    # Block i belongs on the mesh's i-th device (mesh.devices, not jax.devices(): the orders differ).
+    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, mesh.devices.flat, strict=True)]
+    global_shape = (sum(block.shape[0] for block in blocks), *blocks[0].shape[1:])
+    return jax.make_array_from_single_device_arrays(global_shape, NamedSharding(mesh, P("devices")), on_devices)
+
+
+def global_batch_array_concatenated(blocks, mesh):
+    return jnp.concatenate([jnp.asarray(block) for block in blocks])  # the right values, all on one device
+
+
+def global_batch_array_replicated(blocks, mesh):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return jax.device_put(np.concatenate(blocks), NamedSharding(mesh, P()))  # every device holds everything
+
+
+def global_batch_array_in_device_order(blocks, mesh):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, jax.devices("cpu"))]
+    global_shape = (sum(block.shape[0] for block in blocks), *blocks[0].shape[1:])
+    return jax.make_array_from_single_device_arrays(global_shape, NamedSharding(mesh, P("devices")), on_devices)
+
 
 # ----------------------------------------------------------------------------------------------
 # shard_map_pmean: the data-parallel SGD step, run on every device of a mesh.
@@ -89,6 +155,30 @@ def catalogue() -> list[Exercise]:
     from labcore.course.exercises import data_parallel_dqn
 
     return [
+        Exercise(
+            name="global_batch_array",
+            description="One global batch from per-device blocks: (blocks, mesh) -> a jax.Array [n * b, ...] whose "
+            f"i-th block of rows lives on the mesh's i-th device, sharded along the mesh axis '{PMEAN_AXIS}'. blocks "
+            "is a list of n NumPy arrays [b, ...]; mesh a 1-D jax.sharding.Mesh of n devices.\n"
+            "Put each block on its device (jax.device_put(block, device), the devices in mesh.devices order, which "
+            "need not be jax.devices('cpu') order), then join them with jax.make_array_from_single_device_arrays(global "
+            f"shape, NamedSharding(mesh, PartitionSpec('{PMEAN_AXIS}')), arrays). This is what "
+            "jax.make_array_from_process_local_data does in each process of a multi-process run, where a process "
+            "holds only its own devices' blocks. The checker compares the values and the rows each device holds.",
+            reference=_global_batch_expected,
+            make_inputs=_global_batch_inputs,
+            rtol=0.0,
+            atol=0.0,
+            run_with=_run_and_locate,
+            solution=global_batch_array_solution,
+            mistakes=(
+                ("jnp.concatenate: the right values, but the whole batch on one device", global_batch_array_concatenated),
+                ("NamedSharding(mesh, PartitionSpec()): replicated, every device holds the whole batch",
+                 global_batch_array_replicated),
+                ("blocks placed on jax.devices(\"cpu\") in order instead of on mesh.devices: rows land on the wrong devices "
+                 "and come back out of order", global_batch_array_in_device_order),
+            ),
+        ),
         Exercise(
             name="shard_map_pmean",
             description="One data-parallel SGD step step(w, xs, ys, lr) -> new w, the program each device of a mesh "

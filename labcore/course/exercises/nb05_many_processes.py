@@ -1,8 +1,5 @@
-"""Notebook 05 (many processes): the bookkeeping of a multi-process run (per-device keys, the rows each
-process feeds, one global batch from per-device blocks, a gradient mean over unequal shards).
-
-``global_batch_array`` depends on the device count: a whole batch on one device is trivially "sharded", so its
-checker builds a mesh of at least 2 CPU devices (``meshes``) and, where this process has fewer, refuses.
+"""Notebook 05 (many processes): the bookkeeping of a multi-process run: per-device keys, the rows each
+process feeds, and a gradient mean over unequal shards.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ import numpy as np
 
 from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import Exercise, jnp_f32
-from labcore.course.exercises.meshes import PMEAN_AXIS, draw_mesh, refuse_small
 
 # ----------------------------------------------------------------------------------------------
 # A multi-process run's bookkeeping.
@@ -131,70 +127,6 @@ def weighted_gradient_mean_not_normalised(shard_means, counts):
     return (shard_means * counts[:, None]).sum(0)  # the sum of all examples' gradients, not their mean
 
 
-# ----------------------------------------------------------------------------------------------
-# global_batch_array: one global jax.Array from the blocks each device holds.
-
-
-def _global_batch_inputs(rng: np.random.Generator) -> tuple:
-    mesh = draw_mesh(rng, shuffled=True)
-    rows, features = int(rng.integers(1, 5)), int(rng.integers(1, 6))
-    blocks = [rng.normal(size=(rows, features)).astype(np.float32) for _ in range(mesh.size)]
-    return blocks, mesh
-
-
-def _global_batch_expected(blocks, mesh):
-    """The global batch (the blocks in mesh order) and, for each device of the mesh in order, the
-    rows it holds: its own block and nothing else."""
-    return {"values": np.concatenate(blocks), "rows_on_each_mesh_device": list(blocks)}
-
-
-def _placement(array, mesh) -> dict:
-    """What the checker compares for the learner's array: its values, and the rows each device of
-    the mesh holds (none: an empty block)."""
-    if not isinstance(array, jax.Array):
-        raise TypeError(f"the answer must be a jax.Array placed on the mesh's devices, not a {type(array).__module__}.{type(array).__name__}")
-    held = {shard.device: np.asarray(shard.data) for shard in array.addressable_shards}
-    nothing = np.zeros((0, *array.shape[1:]), array.dtype)
-    return {"values": np.asarray(array), "rows_on_each_mesh_device": [held.get(device, nothing) for device in mesh.devices.flat]}
-
-
-def _run_and_locate(build):
-    def run(blocks, mesh):
-        refuse_small(mesh)
-        return _placement(build(blocks, mesh), mesh)
-
-    return run
-
-
-def global_batch_array_solution(blocks, mesh):
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    # Block i belongs on the mesh's i-th device (mesh.devices, not jax.devices(): the orders differ).
-    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, mesh.devices.flat, strict=True)]
-    global_shape = (sum(block.shape[0] for block in blocks), *blocks[0].shape[1:])
-    return jax.make_array_from_single_device_arrays(global_shape, NamedSharding(mesh, P("devices")), on_devices)
-
-
-def global_batch_array_concatenated(blocks, mesh):
-    return jnp.concatenate([jnp.asarray(block) for block in blocks])  # the right values, all on one device
-
-
-def global_batch_array_replicated(blocks, mesh):
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    return jax.device_put(np.concatenate(blocks), NamedSharding(mesh, P()))  # every device holds everything
-
-
-def global_batch_array_in_device_order(blocks, mesh):
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    on_devices = [jax.device_put(block, device) for block, device in zip(blocks, jax.devices("cpu"))]
-    global_shape = (sum(block.shape[0] for block in blocks), *blocks[0].shape[1:])
-    return jax.make_array_from_single_device_arrays(global_shape, NamedSharding(mesh, P("devices")), on_devices)
-
 
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
@@ -240,30 +172,6 @@ def catalogue() -> list[Exercise]:
                 ("strided rows p, p + P, p + 2P, ... (torch's DistributedSampler): not the block a sharded "
                  "global array puts on this process's devices", process_rows_strided),
                 ("the first block on every process: the processes all feed the same rows", process_rows_first_block),
-            ),
-        ),
-        Exercise(
-            name="global_batch_array",
-            description="One global batch from per-device blocks: (blocks, mesh) -> a jax.Array [n * b, ...] whose "
-            f"i-th block of rows lives on the mesh's i-th device, sharded along the mesh axis '{PMEAN_AXIS}'. blocks "
-            "is a list of n NumPy arrays [b, ...]; mesh a 1-D jax.sharding.Mesh of n devices.\n"
-            "Put each block on its device (jax.device_put(block, device), the devices in mesh.devices order, which "
-            "need not be jax.devices('cpu') order), then join them with jax.make_array_from_single_device_arrays(global "
-            f"shape, NamedSharding(mesh, PartitionSpec('{PMEAN_AXIS}')), arrays). This is what "
-            "jax.make_array_from_process_local_data does in each process of a multi-process run, where a process "
-            "holds only its own devices' blocks. The checker compares the values and the rows each device holds.",
-            reference=_global_batch_expected,
-            make_inputs=_global_batch_inputs,
-            rtol=0.0,
-            atol=0.0,
-            run_with=_run_and_locate,
-            solution=global_batch_array_solution,
-            mistakes=(
-                ("jnp.concatenate: the right values, but the whole batch on one device", global_batch_array_concatenated),
-                ("NamedSharding(mesh, PartitionSpec()): replicated, every device holds the whole batch",
-                 global_batch_array_replicated),
-                ("blocks placed on jax.devices(\"cpu\") in order instead of on mesh.devices: rows land on the wrong devices "
-                 "and come back out of order", global_batch_array_in_device_order),
             ),
         ),
         Exercise(
