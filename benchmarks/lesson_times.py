@@ -74,8 +74,10 @@ def probe_device(python: str = sys.executable) -> dict:
         found["label"] = f"{found['cpu_count']}-core CPU"
     else:
         found["label"] = f"{found['device_kind']} ({found['platform'].upper()})"
-    found["machine"] = (f"{cpu_model()}, {found['cpu_count']} CPU cores; {found['device_count']} x "
-                        f"{found['device_kind']}; Python {platform.python_version()}, JAX {found['jax']}")
+    accelerator = ("no accelerator" if found["platform"] == "cpu"
+                   else f"{found['device_count']} x {found['device_kind']}")
+    found["machine"] = (f"{cpu_model()} ({platform.machine()}), {found['cpu_count']} CPU cores, {accelerator}; "
+                        f"Python {platform.python_version()}, JAX {found['jax']}")
     return found
 
 
@@ -149,6 +151,7 @@ def prose_words(name: str) -> int:
     notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
     text = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
     text = re.sub(r"```.*?```", " ", text, flags=re.DOTALL)  # pseudocode and code listings: not prose
+    text = re.sub(r"\*\*Time\*\*.*?(\n\n|$)", " ", text, count=1, flags=re.DOTALL)  # what this script writes
     return len(re.findall(r"[A-Za-z0-9_']+", text))
 
 
@@ -191,7 +194,7 @@ def table(records: dict) -> str:
         lines.append(f"| {name[:2]} | {{doc}}`{title(name)} <lessons/{name}>` | "
                      f"about {round(words / WORDS_PER_MINUTE)} min ({words:,}) | " + " | ".join(cells) + " |")
     notes = ["", "Run times are whole-notebook wall times under nbval {cite:p}`laslett2014nbval` (kernel start "
-             "included), one notebook at a time on an otherwise idle machine, measured by "
+             "included), one notebook after another with no other notebook or training run beside it, measured by "
              "`python benchmarks/lesson_times.py` (`make bench-device` also runs every benchmark). Reading time "
              f"counts the prose at {WORDS_PER_MINUTE} words a minute (fenced code and pseudocode not counted); the "
              "exercises and the quiz come on top.", ""]

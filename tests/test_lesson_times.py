@@ -70,3 +70,11 @@ def test_reading_time_does_not_count_fenced_code():
     words = times.prose_words(name)
     assert 1_000 < words < 10_000
     assert f"({words:,} words of prose)" in times.time_paragraph(name, {})
+
+
+def test_every_recorded_notebook_exists():
+    names = set(times.lesson_names())
+    for label, record in times.load_records().items():
+        for budget in ("full", "quick"):
+            stale = set(record.get(budget, {})) - names
+            assert not stale, f"{label} {budget}: times recorded for notebooks that are gone: {sorted(stale)}"
