@@ -23,10 +23,14 @@ def test_the_scan_step_reference_reproduces_labcores_jitted_dqn():
     config, agent, _, _ = nb03._scan_step_agent(2, 32, 6)
     parts = dqn_scan.make_parts(config)
     params_key, reset_key, loop_key = jax.random.split(jax.random.key(3), 3)
-    start = parts.init(params_key, reset_key, loop_key)
+    # Jitted, as labcore's driver runs them: one compile each, where eager calls compile every
+    # primitive of init separately (a long xdist worker once lost its process to an XLA crash while
+    # compiling this test's eager scan).
+    start = jax.jit(parts.init)(params_key, reset_key, loop_key)
     steps = parts.warmup_iterations + 7
-    labcore_carry, labcore_metrics = parts.iterate(start, parts.warmup_iterations, False)
-    labcore_carry, learn_metrics = parts.iterate(labcore_carry, 7, True)
+    iterate = jax.jit(parts.iterate, static_argnums=(1, 2))
+    labcore_carry, labcore_metrics = iterate(start, parts.warmup_iterations, False)
+    labcore_carry, learn_metrics = iterate(labcore_carry, 7, True)
 
     act_keys, env_keys, sample_keys, key = [], [], [], loop_key
     for iteration in range(steps):
