@@ -38,6 +38,8 @@ import tempfile
 import time
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "docs" / "tooling"))
+import executed  # noqa: E402  (the CPU model, as the site's lesson pages name it)
 NOTEBOOKS = REPO_ROOT / "notebooks"
 RECORDS = REPO_ROOT / "docs" / "results" / "lesson_times.json"
 START_HERE = REPO_ROOT / "docs" / "start-here.md"
@@ -56,16 +58,6 @@ PROBE = ("import jax, json, os; d = jax.devices()[0]; "
          "'jax': jax.__version__, 'cpu_count': os.cpu_count()}))")
 
 
-def cpu_model() -> str:
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return " ".join(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def probe_device(python: str = sys.executable) -> dict:
     """The default JAX device of a fresh process: {'label', 'platform', 'device_kind', ...}."""
     found = json.loads(subprocess.run([python, "-c", PROBE], capture_output=True, text=True, check=True,
@@ -76,7 +68,7 @@ def probe_device(python: str = sys.executable) -> dict:
         found["label"] = f"{found['device_kind']} ({found['platform'].upper()})"
     accelerator = ("no accelerator" if found["platform"] == "cpu"
                    else f"{found['device_count']} x {found['device_kind']}")
-    found["machine"] = (f"{cpu_model()} ({platform.machine()}), {found['cpu_count']} CPU cores, {accelerator}; "
+    found["machine"] = (f"{executed.cpu_model()} ({platform.machine()}), {found['cpu_count']} CPU cores, {accelerator}; "
                         f"Python {platform.python_version()}, JAX {found['jax']}")
     return found
 

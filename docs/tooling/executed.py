@@ -54,7 +54,8 @@ def stored_path(name: str, budget: str) -> pathlib.Path:
     return STORE / budget / name
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what platform knows."""
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -86,7 +87,7 @@ def machine() -> str:
         jax_version = importlib.metadata.version("jax")
     except importlib.metadata.PackageNotFoundError:
         jax_version = "not installed"
-    return (f"{_cpu_model()}, {os.cpu_count()} CPU cores, {_accelerators()}; "
+    return (f"{cpu_model()}, {os.cpu_count()} CPU cores, {_accelerators()}; "
             f"Python {platform.python_version()}, JAX {jax_version}")
 
 
