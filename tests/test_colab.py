@@ -68,12 +68,17 @@ def test_the_gpu_runtime_requests_name_notebooks_that_exist():
     assert len(cell.GPU_NOTEBOOKS) < len(stems), "every notebook asks for a GPU"
 
 
+def _copy_what_sync_writes(root):
+    """The notebooks, colab/ and the README, copied under ``root`` for sync to rewrite."""
+    for name in ("colab", "notebooks"):
+        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("runs"))
+    shutil.copy(REPO_ROOT / "README.md", root / "README.md")
+
+
 def test_a_notebook_that_lost_its_gpu_request_is_out_of_step_and_sync_restores_it(tmp_path):
     import nbformat
 
-    for name in ("colab", "notebooks"):
-        shutil.copytree(REPO_ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("runs"))
-    shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
+    _copy_what_sync_writes(tmp_path)
     path = tmp_path / "notebooks" / f"{cell.GPU_NOTEBOOKS[0]}.ipynb"
     notebook = nbformat.read(path, as_version=4)
     del notebook.metadata["accelerator"]
@@ -86,9 +91,7 @@ def test_a_notebook_that_lost_its_gpu_request_is_out_of_step_and_sync_restores_i
 
 def test_sync_rewrites_a_fork_everywhere(tmp_path):
     """A fork edits one line of setup_cell.py; sync carries it to every notebook, badge and copy."""
-    for name in ("colab", "notebooks"):
-        shutil.copytree(REPO_ROOT / name, tmp_path / name)
-    shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
+    _copy_what_sync_writes(tmp_path)
     setup = tmp_path / "colab" / "setup_cell.py"
     setup.write_text(setup.read_text().replace(
         f"github.com/{cell.parse_source(cell.cell_text()).owner}/", "github.com/a-fork/"))
