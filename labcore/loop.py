@@ -45,7 +45,8 @@ import numpy as np
 
 from labcore import runs
 
-# Logged metrics reach the host at most once per this many env steps, in one host call.
+# Logged metrics reach the host in bursts: each host call carries as many logged rows as cover at
+# most this many env steps (at least one row, so an update longer than this is one call per row).
 METRICS_BURST_STEPS = 65_536
 
 Metrics = dict[str, jax.Array]

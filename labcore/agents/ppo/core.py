@@ -13,9 +13,10 @@ mask, which is stored with each transition), compute GAE, then ``update_epochs``
 ``num_minibatches`` minibatch steps of the clipped PPO loss, where log-probabilities and entropy
 are recomputed under the stored masks. Metrics are one number per update (means over the
 rollout), never per step, and ``callback`` sees them every ``log_every`` updates while the
-compiled program runs: the logged rows wait on the device and reach the host in bursts, at most
-one host call per ``labcore.loop.METRICS_BURST_STEPS`` env steps (a host call costs about half a
-millisecond on a CPU), and all of them by the time ``run`` returns.
+compiled program runs: the logged rows wait on the device and reach the host in bursts, each host
+call carrying as many rows as fit in ``labcore.loop.METRICS_BURST_STEPS`` env steps (at least one;
+every call is a transfer and a Python call made from inside the program), and all of them by the
+time ``run`` returns.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Q-network; compute the Q(lambda) targets of the rollout once, with the same netw
 (``labcore.losses.q_lambda_targets``); then ``update_epochs`` passes of ``num_minibatches``
 minibatch steps of the squared TD error against those fixed targets. Metrics are one number per
 update, and ``callback`` sees them every ``log_every`` updates while the compiled program runs, in
-bursts of at most one host call per ``labcore.loop.METRICS_BURST_STEPS`` env steps.
+bursts of as many logged rows as fit in ``labcore.loop.METRICS_BURST_STEPS`` env steps (at least one).
 """
 
 from __future__ import annotations
