@@ -29,15 +29,21 @@ LAB_ARGS ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Longest a single notebook cell may run before nbval fails it (seconds).
 CELL_TIMEOUT ?= 3600
-# Test processes at a time (pytest-xdist workers). The unit tests go out a module at a time to
-# TEST_WORKERS workers; those marked several_processes (multi-process launches, Ray clusters) run
-# afterwards, alone. The notebooks go out a notebook at a time to NOTEBOOK_WORKERS workers. On the
-# 2-core reference machine two workers ran those unit tests in 20.5 min (one process: about 22, in
-# an earlier run), and two notebooks at a time were no faster than one (each took 1.4 to 3 times as
+# Test processes at a time (pytest-xdist workers). The unit tests go to TEST_WORKERS workers with
+# --dist worksteal: each worker starts on a contiguous half of the collection (a module's tests
+# mostly stay in one process and share their compilations) and takes tests from the other when
+# idle. Not loadscope: when a worker process dies, pytest-xdist 3.8.0's loadscope scheduler puts the
+# worker's finished modules back on its queue as empty work and the replacement worker waits for
+# ever (a CI run hung so after XLA's compiler aborted a worker); worksteal reports the test the
+# worker died in as failed and runs the rest. Those marked several_processes (multi-process
+# launches, Ray clusters) run afterwards, alone. The notebooks go out a notebook at a time to
+# NOTEBOOK_WORKERS workers (loadfile keeps a notebook's cells in one kernel). On the 2-core
+# reference machine two workers ran the unit tests in 19.6 min (one process: about 22, in an
+# earlier run), and two notebooks at a time were no faster than one (each took 1.4 to 3 times as
 # long: a kernel keeps both cores busy), so the notebooks run one at a time; more cores, more workers.
 TEST_WORKERS ?= 2
 NOTEBOOK_WORKERS ?= 1
-XDIST_UNIT := -n $(TEST_WORKERS) --dist loadscope
+XDIST_UNIT := -n $(TEST_WORKERS) --dist worksteal
 XDIST_NOTEBOOKS := -n $(NOTEBOOK_WORKERS) --dist loadfile
 
 .PHONY: lab test test-compat venv doctor colab-sync docs docs-check bench-device

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -52,6 +54,20 @@ if os.environ.get("LABCORE_EXPECT_INSTALLED") == "1":
     _location = pathlib.Path(labcore.__file__).resolve()
     if _location.is_relative_to(REPO_ROOT / "labcore"):  # an environment inside the checkout is fine
         raise pytest.UsageError(f"LABCORE_EXPECT_INSTALLED=1 but labcore was imported from the checkout: {_location}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_compiled_programs():
+    """After each test module, drop every program JAX has compiled and cached in this process.
+
+    A worker of `make test` runs hundreds of modules, and each compiled program stays cached (and
+    its machine code mapped) for as long as the function it came from lives, which for a module's
+    jitted functions is the whole run: a worker grew to 6 GB over the suite. A module's own tests
+    still share their compilations."""
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+    gc.collect()
 
 
 @pytest.fixture
