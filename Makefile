@@ -96,7 +96,7 @@ doctor: $(PACKAGE_STAMP)
 COMPAT_UNIT ?=
 # The notebooks it runs: all but 06 and 09 by default, whose time goes mostly to their PyTorch
 # originals (the same torch on both stacks); CI's 90 minutes hold no more. COMPAT_NOTEBOOKS='*.ipynb' runs all.
-COMPAT_NOTEBOOKS ?= 00_*.ipynb 01_*.ipynb 02_*.ipynb 03_*.ipynb 04_*.ipynb 05_*.ipynb 07_*.ipynb 08_*.ipynb 10_*.ipynb 11_*.ipynb
+COMPAT_NOTEBOOKS ?= 00_*.ipynb 01_*.ipynb 02_*.ipynb 03_*.ipynb 04_*.ipynb 05_*.ipynb 07_*.ipynb 08_*.ipynb 10_*.ipynb 11_*.ipynb 12_*.ipynb
 COMPAT_SKIP ?= end_to_end
 COMPAT_AND := $(if $(strip $(COMPAT_SKIP)), and not ($(COMPAT_SKIP)),)
 COMPAT_RUN_UNIT := $(filter 1 true yes,$(COMPAT_UNIT))

@@ -46,7 +46,7 @@ CELL_COPY_START, CELL_COPY_END = "<!-- setup cell: written by colab/cell.py sync
 # The lessons whose work is batched: many vmapped agents or envs, convolutions, large matmuls. A GPU runs
 # those in parallel where 2 CPU cores take turns. The others are small networks, or (04, 05) simulate
 # many devices on the CPU and need a CPU runtime, or are about debugging and run anywhere.
-GPU_NOTEBOOKS = ("01_haiku_dqn", "03_jit_scan_vmap", "07_masked_ppo", "08_accelerators", "11_pqn")
+GPU_NOTEBOOKS = ("01_haiku_dqn", "03_jit_scan_vmap", "07_masked_ppo", "08_accelerators", "12_pqn")
 GPU_TYPE = "T4"  # Colab's free-tier GPU
 
 SOURCE = re.compile(r"^labcore @ git\+https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?@(?P<ref>[\w./-]+)$")

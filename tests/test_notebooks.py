@@ -248,7 +248,7 @@ TRAINING_CORES = {
     "06": {"labcore.agents.iqn.core.train_step"},
     "07": {"labcore.agents.ppo.core.make_ppo"},
     "09": {"labcore.agents.gflownet.core.trajectory_balance"},
-    "11": {"labcore.agents.pqn.core.make_pqn", "labcore.losses.q_lambda_targets"},
+    "12": {"labcore.agents.pqn.core.make_pqn", "labcore.losses.q_lambda_targets"},
 }
 
 

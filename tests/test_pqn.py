@@ -235,7 +235,7 @@ def test_published_curves_interpolate_and_never_extrapolate():
 
 @pytest.mark.end_to_end
 def test_curves_of_the_jitted_dqn_and_pqn_side_by_side():
-    """On CartPole (the MinAtar presets run in notebook 11 under nbval; their fields are checked here)."""
+    """On CartPole (the MinAtar presets run in notebook 12 under nbval; their fields are checked here)."""
     from labcore.course import curves
     from labcore.agents.dqn.core import DQNConfig
 

@@ -138,20 +138,23 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("HyperGridEnv", "labcore.envs.hypergrid_env.HyperGridEnv", "class"),
         ("torch_ref.gflownet", "labcore.torch_ref.gflownet", "mod"),
     ],
-    "10_debugging_profiling": [
+    "10_debugging": [
+        ("labcore.tools.introspection", "labcore.tools.introspection", "mod"),
+        ("CompileCounter", "labcore.tools.introspection.CompileCounter", "class"),
+        ("exercises.debugging_drills", "labcore.course.exercises.debugging_drills", "mod"),
+    ],
+    "11_profiling": [
         ("labcore.tools.profiling", "labcore.tools.profiling", "mod"),
         ("profiling.trace", "labcore.tools.profiling.trace", "func"),
         ("profiling.read_trace", "labcore.tools.profiling.read_trace", "func"),
         ("profiling.compile_and_run_seconds", "labcore.tools.profiling.compile_and_run_seconds", "func"),
         ("labcore.tools.memory_profile", "labcore.tools.memory_profile", "mod"),
-        ("labcore.tools.introspection", "labcore.tools.introspection", "mod"),
-        ("CompileCounter", "labcore.tools.introspection.CompileCounter", "class"),
         ("labcore.compile_cache", "labcore.compile_cache", "mod"),
         ("logging.read_metrics", "labcore.logging.read_metrics", "func"),
         ("logging.read_tensorboard_scalars", "labcore.logging.read_tensorboard_scalars", "func"),
-        ("exercises.debugging_drills", "labcore.course.exercises.debugging_drills", "mod"),
+        ("time_call", "labcore.tools.benchmarking.time_call", "func"),
     ],
-    "11_pqn": [
+    "12_pqn": [
         ("PQNConfig", "labcore.agents.pqn.core.PQNConfig", "class"),
         ("pqn.core.make_train", "labcore.agents.pqn.core.make_train", "func"),
         ("pqn.core.make_pqn", "labcore.agents.pqn.core.make_pqn", "func"),

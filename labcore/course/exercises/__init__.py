@@ -43,7 +43,7 @@ NOTEBOOK_MODULES = tuple(
     for name in (
         "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_flax_nnx", "nb03_jit_scan_vmap", "nb04_many_devices",
         "nb05_many_processes", "nb06_iqn_port", "nb07_masked_ppo", "nb08_accelerators", "nb09_gflownet",
-        "nb10_debugging", "nb11_pqn",
+        "nb10_debugging", "nb11_profiling", "nb12_pqn",
     )
 )
 

@@ -1,10 +1,10 @@
-"""Lesson 10's quiz: print under jit, a NaN log-probability, reading a profile, a silent recompile."""
+"""Lesson 10's quiz: print under jit, a NaN log-probability, a silent recompile."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
     lesson="10",
-    title="Debugging and profiling JAX",
+    title="Debugging JAX",
     questions=(
         Question(
             "Inside a function decorated with jax.jit you write print(loss), then call the function three times "
@@ -47,24 +47,6 @@ QUIZ = Quiz(
                        "problem is taking the log of an underflowed probability."),
             ),
             answer="a",
-        ),
-        Question(
-            "On a CPU, you profile a fully jitted DQN run (one lax.scan). In the device-side table, sorted by "
-            "inclusive time, the top operation is a while, taking almost all of the run. What does it tell you?",
-            (
-                Choice("The program is stuck in a Python while loop; rewrite it with lax.scan.",
-                       "A Python loop is unrolled while JAX traces and never appears as one device operation; "
-                       "this while is XLA's."),
-                Choice("The device is idle, waiting for the host in a loop.",
-                       "Waiting shows up on the host side of the trace; a fully jitted run keeps the device busy, "
-                       "and its host side is little more than one dispatch and a wait."),
-                Choice("The scan is that while: XLA compiles lax.scan to a while loop, which contains everything "
-                       "else. Sort by self time to see the operations that do the work.",
-                       "Inclusive time counts the events nested inside an operation, so the loop that contains the "
-                       "whole run tops the table; self time ranks the fusions and the dots of the Q-network, "
-                       "the operations doing the arithmetic."),
-            ),
-            answer="c",
         ),
         Question(
             "act(q, key, epsilon) is jitted with static_argnames=\"epsilon\" and called with an epsilon that decays "

@@ -1,10 +1,10 @@
-"""Lesson 11's quiz: what PQN drops from DQN and what replaces it, the Q(lambda) target, what the paper proves,
+"""Lesson 12's quiz: what PQN drops from DQN and what replaces it, the Q(lambda) target, what the paper proves,
 and when the targets are computed."""
 
 from labcore.course.exercises.quizzing import Choice, Question, Quiz
 
 QUIZ = Quiz(
-    lesson="11",
+    lesson="12",
     title="PQN",
     questions=(
         Question(

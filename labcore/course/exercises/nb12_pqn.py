@@ -1,4 +1,4 @@
-"""Notebook 11 (pqn): PQN's Q(lambda) targets and its TD loss, both PQN's own core (``core=True``).
+"""Notebook 12 (pqn): PQN's Q(lambda) targets and its TD loss, both PQN's own core (``core=True``).
 
 Each exercise carries a worked solution, written as a learner would (``labcore.course.exercises.solution(name)``
 shows it), and the classic wrong answers that ``check`` recognises.
