@@ -94,10 +94,12 @@ def two_node_run(cluster, tmp_path_factory):
     seen = {}
 
     def look_then_kill(row, actors):
-        # The learner is held a little at a row (0.5 s, at most 90 s in all) while actor 0 has not
-        # delivered yet, and again after the kill until its restarted process delivers: a start or
-        # a restart is a new process that imports JAX and compiles (6 to 15 s measured, more with a
-        # cold compilation cache), and this short run must not end first.
+        # The learner is held a little at a row (0.5 s) while actor 0 has not delivered yet, and
+        # longer (2 s a row) after the kill until its restarted process delivers, at most 90 s in
+        # all: a start or a restart is a new process that imports JAX and compiles (6 to 15 s
+        # measured, more with the compilation cache off, as under the unit tests), and this short
+        # run must not end first. At 0.5 s a row after the kill too, a fresh clone's run once ended
+        # before the restarted actor delivered.
         seen.setdefault("held", 0.0)
         if "killed" not in seen and all(actor["pid"] for actor in actors):  # both have delivered
             seen["listening"] = listening_addresses(set(descendants(os.getpid())) | {os.getpid()})  # the learner too
@@ -109,8 +111,9 @@ def two_node_run(cluster, tmp_path_factory):
         if "killed" in seen and "back_after" not in seen and actors[0]["pid"] != seen["killed"]:
             seen["back_after"] = time.monotonic() - seen["killed_at"]  # the restarted actor delivered
         if "back_after" not in seen and seen["held"] < 90:
-            time.sleep(0.5)
-            seen["held"] += 0.5
+            pause = 2.0 if "killed" in seen else 0.5
+            time.sleep(pause)
+            seen["held"] += pause
 
     run_dir = tmp_path_factory.mktemp("two-node")
     started = time.monotonic()
