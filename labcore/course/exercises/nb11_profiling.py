@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from labcore.course.exercises.checking import Exercise
+from labcore.tools import benchmarking
 
 # ----------------------------------------------------------------------------------------------
 # time_compiled_call: one warm-up call, then each timed call waited for
@@ -77,15 +78,7 @@ def _time_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _time_compiled_call_reference(fn, args, repeats, clock):
-    import jax
-
-    jax.block_until_ready(fn(*args))  # the compile, outside the timing
-    times = []
-    for _ in range(repeats):
-        started = clock()
-        jax.block_until_ready(fn(*args))
-        times.append(clock() - started)
-    return float(np.median(times))
+    return benchmarking.time_call(fn, *args, warmup=1, repeats=repeats, clock=clock).median_s
 
 
 def time_compiled_call_solution(fn, args, repeats, clock):
