@@ -73,10 +73,16 @@ def probe_device(python: str = sys.executable) -> dict:
     return found
 
 
-def _commit() -> str | None:
+def _commit(path: pathlib.Path | None = None) -> str | None:
+    """The checked-out commit; "<commit>+changes" when `path` differs from that commit's copy of it."""
     result = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True)
-    return result.stdout.strip() or None
+    commit = result.stdout.strip() or None
+    if commit and path is not None:
+        changed = subprocess.run(["git", "-C", str(REPO_ROOT), "diff", "--quiet", "HEAD", "--", str(path)])
+        if changed.returncode == 1:
+            commit += "+changes"
+    return commit
 
 
 def _now() -> str:
@@ -93,7 +99,8 @@ def time_notebook(name: str, budget: str, python: str = sys.executable) -> dict:
                                  f"--nbval-cell-timeout={CELL_TIMEOUT_S}", "-p", "no:cacheprovider", "-q"],
                                 cwd=folder, env=env, capture_output=True, text=True)
         seconds = time.monotonic() - started
-    facts = {"seconds": round(seconds, 1), "ok": result.returncode == 0, "date": _now(), "commit": _commit()}
+    facts = {"seconds": round(seconds, 1), "ok": result.returncode == 0, "date": _now(),
+             "commit": _commit(NOTEBOOKS / f"{name}.ipynb")}
     if result.returncode != 0:
         failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
         facts["error"] = failed[0] if failed else result.stdout.strip().splitlines()[-1:]

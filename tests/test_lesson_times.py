@@ -78,3 +78,24 @@ def test_every_recorded_notebook_exists():
         for budget in ("full", "quick"):
             stale = set(record.get(budget, {})) - names
             assert not stale, f"{label} {budget}: times recorded for notebooks that are gone: {sorted(stale)}"
+
+
+def test_a_record_says_when_the_timed_notebook_differs_from_its_commit(tmp_path, monkeypatch):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                       env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                            "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+
+    lesson = tmp_path / "00_lesson.ipynb"
+    lesson.write_text("{}")
+    git("init", "-q")
+    git("add", lesson.name)
+    git("commit", "-q", "-m", "a lesson")
+    monkeypatch.setattr(times, "REPO_ROOT", tmp_path)
+    commit = times._commit(lesson)
+    assert len(commit) >= 7 and "+" not in commit
+    lesson.write_text('{"cells": []}')
+    assert times._commit(lesson) == commit + "+changes"
+    assert times._commit() == commit  # no notebook named: the commit alone
