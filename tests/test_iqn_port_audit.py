@@ -1,6 +1,7 @@
 """The mistakes a PyTorch-to-Flax port of the IQN learner can make, and where labcore avoids each.
 
-Notebook 06 teaches the fix of each where it arises and names them all in its appendix; ``PITFALLS``
+Notebook 06 teaches the fix of each where it arises, and the IQN results page
+(``docs/results/iqn.md``) names them all, by section; ``PITFALLS``
 below is the list with, for each, the labcore code that avoids it and the tests that fail if it
 comes back. These tests hold the list to the repository: every named function exists, every named
 test exists, and the port's public functions carry the docstrings and annotations that the last two
@@ -157,3 +158,12 @@ def test_the_ports_public_functions_are_documented_and_annotated():
                         p.annotation is inspect.Parameter.empty for p in signature.parameters.values()):
                     unannotated.append(f"{module_name}.{name}")
     assert undocumented == [] and unannotated == []
+
+
+def test_the_results_page_lists_every_pitfall():
+    page = (TESTS_DIR.parent / "docs" / "results" / "iqn.md").read_text()
+    assert "## Pitfalls of a port" in page
+    section = page.split("## Pitfalls of a port", 1)[1].split("\n## ", 1)[0]
+    spelled = {18: "eighteen", 19: "nineteen", 20: "twenty"}.get(len(PITFALLS), str(len(PITFALLS)))
+    assert f"lists all {spelled}" in section  # the page's count is the audit's
+    assert "tests/test_iqn_port_audit.py" in section
