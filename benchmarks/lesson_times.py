@@ -154,6 +154,14 @@ def prose_words(name: str) -> int:
     return len(re.findall(r"[A-Za-z0-9_']+", text))
 
 
+def article(label: str) -> str:
+    """ "a" or "an" before a device's label, by how it is said: an NVIDIA H100, an A100, an 8-core CPU, a T4, a TPU."""
+    first = label.lstrip()[:1]
+    vowel_sound = first in "aeiou" or (first in "AEFHILMNORSX" and (label[1:2].isupper() or label[1:2].isdigit()
+                                                                  or first in "AEIO"))
+    return "an" if vowel_sound or first == "8" else "a"
+
+
 def title(name: str) -> str:
     """The notebook's title without its number: '# 04 · Many devices in one process: ...' -> 'Many devices in one process'."""
     notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
@@ -226,7 +234,7 @@ def time_paragraph(name: str, records: dict) -> str:
         parts.append(f"{measured} on a {label} (measured one notebook at a time; {record['device']['machine']}).")
     others = [(label, record["full"][name]) for label, record in sorted(records.items())
               if record["device"]["platform"] != "cpu" and name in record.get("full", {})]
-    parts.extend(f"On a {label}: {_cell(entry)} at the full budgets." for label, entry in others)
+    parts.extend(f"On {article(label)} {label}: {_cell(entry)} at the full budgets." for label, entry in others)
     missing = [header for key, header in EXPECTED if not any(key in label for label, _ in others)]
     if missing:
         parts.append(f"Not measured on a {' or a '.join(header.split(' (')[0] for header in missing)} yet.")

@@ -99,3 +99,10 @@ def test_a_record_says_when_the_timed_notebook_differs_from_its_commit(tmp_path,
     lesson.write_text('{"cells": []}')
     assert times._commit(lesson) == commit + "+changes"
     assert times._commit() == commit  # no notebook named: the commit alone
+
+
+@pytest.mark.parametrize("label, said", [
+    ("NVIDIA H100 80GB HBM3 (GPU)", "an"), ("A100", "an"), ("8-core CPU", "an"), ("Intel Xeon", "an"),
+    ("T4 GPU (Colab)", "a"), ("TPU v5e", "a"), ("Tesla T4", "a"), ("2-core CPU", "a")])
+def test_a_device_is_introduced_with_the_article_it_is_said_with(label, said):
+    assert times.article(label) == said
