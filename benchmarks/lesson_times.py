@@ -156,10 +156,10 @@ def prose_words(name: str) -> int:
 
 def article(label: str) -> str:
     """ "a" or "an" before a device's label, by how it is said: an NVIDIA H100, an A100, an 8-core CPU, a T4, a TPU."""
-    first = label.lstrip()[:1]
-    vowel_sound = first in "aeiou" or (first in "AEFHILMNORSX" and (label[1:2].isupper() or label[1:2].isdigit()
-                                                                  or first in "AEIO"))
-    return "an" if vowel_sound or first == "8" else "a"
+    first, second = label[:1], label[1:2]
+    if first.isupper() and (second.isupper() or second.isdigit()):  # said letter by letter: NVIDIA, A100, T4
+        return "an" if first in "AEFHILMNORSX" else "a"
+    return "an" if first.lower() in "aeiou" or first == "8" else "a"  # said as a word or a number
 
 
 def title(name: str) -> str:
@@ -231,7 +231,7 @@ def time_paragraph(name: str, records: dict) -> str:
         measured = (f"{_cell(full)} at the full budgets" if full else "not yet measured at the full budgets")
         if quick:
             measured += f", {_cell(quick)} at the quick budgets (`LABCORE_QUICK=1`, as CI runs it)"
-        parts.append(f"{measured} on a {label} (measured one notebook at a time; {record['device']['machine']}).")
+        parts.append(f"{measured} on {article(label)} {label} (measured one notebook at a time; {record['device']['machine']}).")
     others = [(label, record["full"][name]) for label, record in sorted(records.items())
               if record["device"]["platform"] != "cpu" and name in record.get("full", {})]
     parts.extend(f"On {article(label)} {label}: {_cell(entry)} at the full budgets." for label, entry in others)
