@@ -30,7 +30,10 @@ learner's state exactly, but not the run: which actor's rollout arrives first is
 operating system, so no two asynchronous runs are the same.
 
 The actors run JAX on the CPU platform (``actor_platform``) whatever the learner uses: a GPU or
-TPU is held by one process, and acting with a small network is CPU-sized work.
+TPU is held by one process, and acting with a small network is CPU-sized work. They run at the
+priority their Ray node was started with (the learner's, where labcore starts Ray), not at the
+niceness 15 Ray gives its workers by default, so that a busy machine slows them no more than it
+slows the learner.
 
 Why this driver keeps a loop of its own instead of ``labcore.loop.train``: the learner's steps are
 driven by rollouts arriving from other processes, in an order the operating system decides, so
@@ -230,9 +233,13 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
         state, buffer, key, before = _restore(run, state, buffer)
     received, updates, lost, credit = before.received, before.updates, before.lost, before.credit
 
+    # Ray starts its worker processes at niceness 15, for work that should yield to the driver. The
+    # actors are this run's work: at 15 they get almost no CPU while any normal-priority process is
+    # busy (a browser, a build), and a start or restart that takes 9 s on an idle 2-core machine
+    # took more than 120 s. They keep their node's priority instead, as Ray's job drivers do.
     remote = ray.remote(RolloutActor).options(
         num_cpus=cpus_per_actor, max_restarts=max_restarts, max_task_retries=0, scheduling_strategy="SPREAD",
-        runtime_env={"env_vars": {"JAX_PLATFORMS": actor_platform}})
+        runtime_env={"env_vars": {"JAX_PLATFORMS": actor_platform, "RAY_worker_niceness": "0"}})
     fields = dataclasses.asdict(config)
     handles = [remote.remote(fields, rank, envs_per_actor, rollout_steps) for rank in range(num_actors)]
     earlier_restarts = before.restarts + [0] * max(0, num_actors - len(before.restarts))  # a resume may add actors
