@@ -109,3 +109,17 @@ def assert_same_tree(a, b):
     )
     for x, y in zip(jax.tree_util.tree_leaves(as_data(a)), jax.tree_util.tree_leaves(as_data(b)), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def rollout_step_body(train, num_steps: int, primitive: str = "dot_general"):
+    """The jaxpr of the per-step body of ``train``'s rollout: the one ``num_steps``-long scan holding
+    ``primitive`` (the network's matmuls; a backward scan over the same steps, GAE's or Q(lambda)'s,
+    holds none)."""
+    import jax
+
+    from labcore.tools.introspection import count_primitives, scan_bodies
+
+    program = jax.make_jaxpr(train)(jax.random.key(0))
+    bodies = [body for body in scan_bodies(program, length=num_steps) if count_primitives(body, primitive)]
+    assert len(bodies) == 1, f"expected one rollout scan of {num_steps} steps holding {primitive}, found {len(bodies)}"
+    return bodies[0]

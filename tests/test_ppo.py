@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import rlax
 
-from conftest import assert_same_tree
+from conftest import assert_same_tree, rollout_step_body
 
-from labcore import checkpoint, loop, losses
+from labcore import checkpoint, envs, loop, losses, truncation
 from labcore.logging import read_metrics
 from labcore.agents.ppo import core as ppo
+from labcore.tools.introspection import count_primitives
 
 
 def numpy_masked_policy(logits, mask):
@@ -141,6 +142,45 @@ def small_vault(**overrides):
     settings = dict(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 6, hidden_size=32)
     settings.update(overrides)
     return ppo.PPOConfig(**settings)
+
+
+@pytest.mark.parametrize("bootstrap,mask", [(True, True), (False, False)], ids=["default", "stripped"])
+def test_the_rollout_applies_the_network_once_per_step(bootstrap, mask):
+    config = small_vault(bootstrap_truncation=bootstrap, mask_actions=mask)
+    agent = ppo.make_ppo(config)
+    params = agent.network.init(jax.random.key(0))
+    obs = jnp.zeros((config.num_envs, agent.env.observation_space(agent.env_params).shape[0]))
+    one_pass = count_primitives(jax.make_jaxpr(agent.network.apply)(params, obs), "dot_general")
+    assert one_pass == 2 * (config.num_layers + 1)  # actor and critic trunks and heads
+    body = rollout_step_body(agent.train, config.num_steps)
+    assert count_primitives(body, "dot_general") == one_pass
+    # no branch or inner loop per step: on a GPU each reads its predicate back to the host
+    assert count_primitives(body, "cond") == 0 and count_primitives(body, "while") == 0
+
+
+def test_truncation_bootstrap_adds_the_final_observations_value_as_a_per_step_pass_would():
+    config = small_vault(num_steps=24)
+    short = envs.make_masked_env("Vault-v0")[1].replace(max_steps_in_episode=5)  # many cuts a rollout
+    agent = ppo.make_ppo(config, env_params=short)
+    plain = ppo.make_ppo(small_vault(num_steps=24, bootstrap_truncation=False), env_params=short)
+    runner = agent.init(jax.random.key(2))
+    _, rollout = jax.jit(agent.collect)(runner)
+    _, raw = jax.jit(plain.collect)(runner)
+    cut = np.asarray(rollout.truncated)
+    assert raw.truncated is None and raw.final_obs is None  # the stripped rollout stores neither
+    assert cut.sum() > 2 * config.num_envs  # several passes of one env batch each
+    np.testing.assert_array_equal(np.asarray(rollout.action), np.asarray(raw.action))  # bootstrapping never changes acting
+    # the critic on each step's [E] final observations, as a pass inside the rollout would run it,
+    # beside the passes over the cut steps alone: the same values, bit for bit
+    critic = lambda obs: agent.network.apply(runner.params, obs)[1]  # noqa: E731
+    per_step = jax.jit(jax.lax.map, static_argnums=0)(critic, rollout.final_obs)
+    gathered = jax.jit(truncation.final_values, static_argnums=0)(critic, rollout.final_obs, rollout.truncated)
+    np.testing.assert_array_equal(np.asarray(gathered)[cut], np.asarray(per_step)[cut])
+    # ... and the reward gets gamma times that value (to rounding: XLA may fuse r + gamma * v differently per program)
+    expected = raw.reward + config.gamma * per_step * rollout.truncated
+    np.testing.assert_allclose(np.asarray(rollout.reward), np.asarray(expected), rtol=1e-6, atol=1e-7)
+    assert np.all(np.abs(np.asarray(rollout.reward) - np.asarray(raw.reward))[cut] > 1e-3)
+    np.testing.assert_array_equal(np.asarray(rollout.reward)[~cut], np.asarray(raw.reward)[~cut])
 
 
 def test_resume_from_a_checkpoint_continues_exactly():

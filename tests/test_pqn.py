@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_same_tree
+from conftest import assert_same_tree, rollout_step_body
 
 from labcore import losses
 from labcore.course import published
@@ -15,6 +15,7 @@ from labcore.__main__ import main as cli
 from labcore.agents.pqn import core as pqn
 from labcore.logging import read_metrics
 from labcore.nets.q_networks import make_q_network
+from labcore.tools.introspection import count_primitives
 
 
 def reference_q_lambda(rewards, terminated, truncated, next_max_q, gamma, lam):
@@ -117,6 +118,25 @@ def test_unknown_env_and_wrong_network_fail_before_compiling():
 def small_cartpole(**overrides):
     return pqn.PQNConfig(**{"num_envs": 8, "num_steps": 16, "total_steps": 8 * 16 * 6, "num_minibatches": 4,
                             "hidden_sizes": (32, 32), **overrides})
+
+
+@pytest.mark.parametrize("network,primitive", [("mlp", "dot_general"), ("minatar_cnn", "conv_general_dilated")])
+@pytest.mark.parametrize("bootstrap", [True, False], ids=["bootstrap", "no bootstrap"])
+def test_the_rollout_applies_the_q_network_once_per_step(network, primitive, bootstrap):
+    if network == "mlp":
+        config = small_cartpole(bootstrap_truncation=bootstrap)
+    else:
+        config = pqn.PQNConfig.minatar("Breakout-MinAtar", num_envs=8, num_steps=16, total_steps=8 * 16 * 2,
+                                       num_minibatches=4, bootstrap_truncation=bootstrap)
+    agent = pqn.make_pqn(config)
+    runner = agent.init(jax.random.key(0))
+    one_pass = jax.make_jaxpr(lambda obs: agent.network.apply(runner.params, None, obs))(runner.obs)
+    body = rollout_step_body(agent.train, config.num_steps, primitive)
+    assert count_primitives(one_pass, primitive) >= 1
+    assert count_primitives(body, primitive) == count_primitives(one_pass, primitive)
+    assert count_primitives(body, "dot_general") == count_primitives(one_pass, "dot_general")
+    # no branch or inner loop per step: on a GPU each reads its predicate back to the host
+    assert count_primitives(body, "cond") == 0 and count_primitives(body, "while") == 0
 
 
 def test_callback_metrics_and_vmap_over_seeds_equals_seeds_one_at_a_time():

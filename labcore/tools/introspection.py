@@ -4,19 +4,57 @@
     cost = compiled_cost(update, state, batch)         # {'flops': ..., 'bytes accessed': ..., 'hlo_lines': ...}
     counted = CompileCounter(fn)                        # a jitted fn that counts its traces
     counted(x); counted(x); counted.compiles            # -> 1
+    bodies = scan_bodies(jax.make_jaxpr(train)(key), length=128)   # the jaxprs of 128-step scans
+    count_primitives(bodies[0], "dot_general")         # matmuls per step, nested jaxprs included
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+from jax.extend import core as jax_core
 
 
 def jaxpr_text(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
     """The jaxpr ``fn`` traces to for these arguments, as text."""
     return str(jax.make_jaxpr(fn)(*args, **kwargs))
+
+
+def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
+    """The jaxprs nested in one equation's parameters (a scan's body, a cond's branches, a pjit's callee)."""
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, jax_core.ClosedJaxpr):
+                yield item.jaxpr
+            elif isinstance(item, jax_core.Jaxpr):
+                yield item
+
+
+def _equations(jaxpr: Any) -> Iterator[Any]:
+    """Every equation of ``jaxpr`` (a Jaxpr or ClosedJaxpr), nested jaxprs included, outer first."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for inner in _sub_jaxprs(eqn):
+            yield from _equations(inner)
+
+
+def count_primitives(jaxpr: Any, name: str) -> int:
+    """How many ``name`` equations (e.g. "dot_general", "cond") ``jaxpr`` holds, nested jaxprs included.
+
+    Counts what is traced, once per appearance: a loop body's equations count once, not once per
+    iteration, and both branches of a cond count.
+    """
+    return sum(eqn.primitive.name == name for eqn in _equations(jaxpr))
+
+
+def scan_bodies(jaxpr: Any, length: int | None = None) -> list[Any]:
+    """The bodies (Jaxprs) of the ``lax.scan``s in ``jaxpr``, nested ones included, outer first;
+    only those of ``length`` iterations when given (a rollout of num_steps steps, say)."""
+    return [eqn.params["jaxpr"].jaxpr for eqn in _equations(jaxpr)
+            if eqn.primitive.name == "scan" and (length is None or eqn.params["length"] == length)]
 
 
 def compiled_cost(fn: Callable[..., Any], *args: Any, static_argnums: tuple[int, ...] = ()) -> dict[str, float]:

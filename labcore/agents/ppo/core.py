@@ -9,7 +9,9 @@
 checkpointed (the runner state is a pytree) and resumed exactly.
 
 Each update: roll out ``num_steps`` steps of ``num_envs`` envs (acting under the env's action
-mask, which is stored with each transition), compute GAE, then ``update_epochs`` passes of
+mask, which is stored with each transition; one network pass a step), add the value of the final
+observation to the reward of every step a time limit cut (one batched critic pass over the cut steps
+after the rollout, ``labcore.truncation``), compute GAE, then ``update_epochs`` passes of
 ``num_minibatches`` minibatch steps of the clipped PPO loss, where log-probabilities and entropy
 are recomputed under the stored masks. Metrics are one number per update (means over the
 rollout), never per step, and ``callback`` sees them every ``log_every`` updates while the
@@ -34,7 +36,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import devices, envs, evaluation, loop, losses, validation
+from labcore import devices, envs, evaluation, loop, losses, truncation, validation
 from labcore.nets.actor_critic import make_actor_critic
 from labcore.nets.functional import Functional
 
@@ -140,8 +142,10 @@ class Transition(NamedTuple):
 
     obs: jax.Array  # [E, D]
     action: jax.Array  # [E] int32
-    reward: jax.Array  # [E] float32 (plus gamma * V(final obs) at a truncation, when bootstrapping)
+    reward: jax.Array  # [E] float32 (after ``collect``: plus gamma * V(final obs) where a time limit cut, when bootstrapping)
     done: jax.Array  # [E] bool: the episode ended at this step
+    truncated: jax.Array | None  # [E] bool: a time limit cut the episode here (it did not terminate); None unless bootstrapping
+    final_obs: jax.Array | None  # [E, D] the observation the step ended on (before any reset); None unless bootstrapping
     value: jax.Array  # [E]
     log_prob: jax.Array  # [E] under the mask the action was chosen with
     mask: jax.Array  # [E, A] bool, the legal actions when acting
@@ -174,6 +178,7 @@ class PPO(NamedTuple):
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
     train: Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]
     policy: Callable[[Any, jax.Array, jax.Array], jax.Array]  # (params, obs [B, D], mask [B, A]) -> greedy [B]
+    collect: Callable[[RunnerState], tuple[RunnerState, Transition]]  # one rollout, leaves [T, E, ...], rewards bootstrapped
 
 
 def masked_policy(logits: jax.Array, mask: jax.Array | None) -> distrax.Categorical:
@@ -287,23 +292,14 @@ def make_ppo(
         obs, env_state, reward, terminated, truncated, info = step_envs(
             jax.random.split(step_key, config.num_envs), runner.env_state, action, env_params
         )
-        reward = reward.astype(jnp.float32)
-        if config.bootstrap_truncation:
-            # A time limit is not a real end: credit the value of where the episode was cut off. Few
-            # steps cut any episode, so the critic runs on the final observations only in those.
-            cut = truncated & ~terminated
-            final_value = jax.lax.cond(
-                jnp.any(cut),
-                lambda final_obs: network.apply(runner.params, final_obs)[1],
-                lambda final_obs: jnp.zeros(config.num_envs),
-                info["final_observation"],
-            )
-            reward = reward + config.gamma * final_value * cut
         transition = Transition(
             obs=runner.obs,
             action=action,
-            reward=reward,
+            reward=reward.astype(jnp.float32),
             done=terminated | truncated,
+            # what bootstrapping needs after the rollout (collect): no second network pass per step
+            truncated=truncated & ~terminated if config.bootstrap_truncation else None,
+            final_obs=info["final_observation"] if config.bootstrap_truncation else None,
             value=value,
             log_prob=log_prob,
             mask=runner.mask,
@@ -313,6 +309,19 @@ def make_ppo(
         )
         runner = runner.replace(env_state=env_state, obs=obs, mask=masks_of(env_state, env_params), key=key)
         return runner, transition
+
+    def collect(runner: RunnerState) -> tuple[RunnerState, Transition]:
+        """One rollout of num_steps steps of every env (leaves [T, E, ...]); with bootstrap_truncation,
+        each step a time limit cut gets gamma * V(final obs) on its reward."""
+        runner, rollout = jax.lax.scan(env_step, runner, None, length=config.num_steps)
+        if config.bootstrap_truncation:
+            # A time limit is not a real end: credit the value of where the episode was cut off,
+            # computed for the few cut steps after the rollout, with the parameters that acted
+            # (XLA drops the actor's half of the pass: its logits are not used).
+            critic = lambda obs: network.apply(runner.params, obs)[1]  # noqa: E731
+            final_value = truncation.final_values(critic, rollout.final_obs, rollout.truncated)
+            rollout = rollout._replace(reward=rollout.reward + config.gamma * final_value * rollout.truncated)
+        return runner, rollout
 
     def loss_fn(params, batch: Transition, advantages: jax.Array, returns: jax.Array):
         logits, values = network.apply(params, batch.obs)
@@ -354,15 +363,17 @@ def make_ppo(
         return (params, opt_state, rollout, advantages, returns), stats
 
     def update(runner: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
-        runner, rollout = jax.lax.scan(env_step, runner, None, length=config.num_steps)
+        runner, rollout = collect(runner)
         _, last_value = network.apply(runner.params, runner.obs)
         advantages, returns = losses.gae_advantages(
             rollout.reward, rollout.value, rollout.done, last_value, config.gamma, config.gae_lambda
         )
         key, epochs_key = jax.random.split(runner.key)
+        # the epochs shuffle what the loss reads: not the final observations, already used
+        learned = rollout._replace(truncated=None, final_obs=None)
         (params, opt_state, *_), stats = jax.lax.scan(
             epoch,
-            (runner.params, runner.opt_state, rollout, advantages, returns),
+            (runner.params, runner.opt_state, learned, advantages, returns),
             jax.random.split(epochs_key, config.update_epochs),
         )
         runner = runner.replace(params=params, opt_state=opt_state, key=key, update_step=runner.update_step + 1)
@@ -396,7 +407,7 @@ def make_ppo(
         logits, _ = network.apply(params, obs)
         return pi(logits, mask).mode()
 
-    return PPO(config, network, env, env_params, init, run, train, policy)
+    return PPO(config, network, env, env_params, init, run, train, policy, collect)
 
 
 def policy_returns(agent: PPO, params: Any, key: jax.Array, num_episodes: int = 32, greedy: bool = True) -> jax.Array:

@@ -33,7 +33,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import devices, envs, evaluation, loop, losses, validation
+from labcore import devices, envs, evaluation, loop, losses, truncation, validation
 from labcore.nets.q_networks import NETWORKS, epsilon_greedy, make_q_network
 
 OPTIMIZERS = ("adam", "radam")
@@ -165,7 +165,7 @@ class Transition(NamedTuple):
     terminated: jax.Array  # [E] bool: a terminal state (no bootstrap)
     truncated: jax.Array  # [E] bool: a time limit (bootstraps from final_obs)
     max_q: jax.Array  # [E] max_a Q(obs, a) under the acting parameters
-    final_obs: jax.Array  # [E, *obs_shape] the true next observation (the episode's last one at an end)
+    final_obs: jax.Array | None  # [E, *obs_shape] the true next observation (the episode's last one at an end); None unless bootstrap_truncation
     episode_done: jax.Array  # [E] bool
     episode_return: jax.Array  # [E] the finished episode's unscaled return (where episode_done)
 
@@ -282,7 +282,7 @@ def make_pqn(
             terminated=terminated,
             truncated=truncated,
             max_q=jnp.max(q, axis=-1),
-            final_obs=info["final_observation"] if config.bootstrap_truncation else obs,
+            final_obs=info["final_observation"] if config.bootstrap_truncation else None,
             episode_done=done,
             episode_return=episode_return,
         )
@@ -299,12 +299,13 @@ def make_pqn(
         """[T, E] Q(lambda) targets of a rollout, from the parameters that collected it."""
         # max Q of each step's next observation: the next step's acting Q, the observation after
         # the rollout for the last step, and (bootstrap_truncation) the episode's own last
-        # observation where a time limit cut it, in one batched pass over the truncated steps' obs.
+        # observation where a time limit cut it, computed for the cut steps alone, in passes of one
+        # env batch after the rollout (labcore.truncation; a terminal step never bootstraps).
         next_max_q = jnp.concatenate([rollout.max_q[1:], max_q_of(params, last_obs)[None]])
         if config.bootstrap_truncation:
-            flat_final = rollout.final_obs.reshape(config.batch_size, *obs_shape)
-            final_max_q = max_q_of(params, flat_final).reshape(config.num_steps, config.num_envs)
-            next_max_q = jnp.where(rollout.truncated, final_max_q, next_max_q)
+            cut = rollout.truncated & ~rollout.terminated
+            final_max_q = truncation.final_values(lambda obs: max_q_of(params, obs), rollout.final_obs, cut)
+            next_max_q = jnp.where(cut, final_max_q, next_max_q)
             terminated = rollout.terminated
         else:  # a time limit is treated as a terminal state (PureJaxRL and purejaxql do this)
             terminated = rollout.terminated | rollout.truncated
