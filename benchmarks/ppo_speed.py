@@ -1,24 +1,28 @@
 """Masked PPO throughput: environment steps per second once compiled, compile time apart.
 
-Rows, each one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole training run):
+Each row is one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole training run):
 
-* (a) CartPole-v1, PureJaxRL's settings (4 envs x 128 steps, 64 x 2 tanh), masking and metrics on;
-  beside it the same run stripped to what PureJaxRL computes (no mask, no truncation bootstrap,
-  no metrics callback) as the side-by-side baseline;
-* (b) CartPole-v1 with 64 envs x 128 steps;
-* (c) Vault-v0 with the default PPOConfig (256 envs x 128 steps, 256 x 2);
-* (d) (a)'s configuration vmapped over 1, 8 and 64 seeds: wall time per seed.
+* side-by-side pairs on CartPole-v1 (PureJaxRL's settings, 64 x 2 tanh, 128 steps per env per
+  update) at each ``--envs`` count: the default PPO (action masking, truncation bootstrap, metrics
+  callback) beside the same run stripped to what PureJaxRL computes (no mask, no bootstrap, no
+  callback). Both are compiled first, then run alternately ``--rounds`` times; the run time is the
+  median, and "x stripped" the median of the rounds' ratios (its range beside it);
+* Vault-v0 with the default PPOConfig (256 envs x 128 steps, 256 x 2);
+* CartPole 4 x 128 vmapped over ``--seeds`` seeds: wall time per seed.
 
-    python benchmarks/ppo_speed.py                           # 500k steps per run
-    python benchmarks/ppo_speed.py --timesteps 200000 --vault-timesteps 1000000 --seeds 1 8
+    python benchmarks/ppo_speed.py                              # pairs at 4 and 64 envs, 500k steps each
+    python benchmarks/ppo_speed.py --envs 4 64 2048 --rounds 5  # a GPU: PureJaxRL's large batch too
+    python benchmarks/ppo_speed.py --timesteps 100000 --vault-timesteps 0 --seeds   # pairs only
 
-Writes benchmarks/results/ppo_speed.json and prints a markdown table.
+A pair runs ``max(--timesteps, --min-updates updates)`` steps, so a large batch still runs enough
+updates to time. Writes benchmarks/results/ppo_speed.json and prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 # Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
@@ -36,62 +40,98 @@ from labcore.agents.ppo import core as ppo  # noqa: E402
 from labcore.tools.benchmarking import write_results  # noqa: E402
 
 
-def timed_run(config: ppo.PPOConfig, seeds: int | None = None, metrics_callback: bool = True) -> dict:
-    """Compile, then time one whole training run (seeds: None = one unvmapped run)."""
+def compiled_run(config: ppo.PPOConfig, seeds: int | None = None, metrics_callback: bool = True) -> dict:
+    """The whole training run, compiled (seeds: None = one unvmapped run): {'call', 'key', 'compile (s)', 'steps'}."""
     train = ppo.make_train(config, callback=(lambda metrics: None) if metrics_callback else None, log_every=10)
     if seeds is None:
         fn, key = jax.jit(train), jax.random.key(0)
     else:
         fn, key = jax.jit(jax.vmap(train)), jax.random.split(jax.random.key(0), seeds)
     started = time.perf_counter()
-    compiled = fn.lower(key).compile()
-    compile_s = time.perf_counter() - started
+    call = fn.lower(key).compile()
+    return {"call": call, "key": key, "compile (s)": time.perf_counter() - started,
+            "steps": config.num_updates * config.num_envs * config.num_steps * (seeds or 1)}
+
+
+def timed(run: dict) -> tuple[float, dict]:
+    """One whole training run of a compiled program: (seconds, metrics)."""
     started = time.perf_counter()
-    _, metrics = jax.block_until_ready(compiled(key))
-    wall_s = time.perf_counter() - started
-    steps = config.num_updates * config.num_envs * config.num_steps * (seeds or 1)
+    _, metrics = jax.block_until_ready(run["call"](run["key"]))
+    return time.perf_counter() - started, metrics
+
+
+def row(name: str, run: dict, seconds: list[float], metrics: dict, seeds: int | None = None) -> dict:
     returns = np.asarray(metrics["episode_return"])
+    median = statistics.median(seconds)
     return {
-        "compile (s)": compile_s,
-        "run (s)": wall_s,
-        "steps/s": steps / wall_s,
-        "final return": float(np.nanmean(returns[..., -max(1, returns.shape[-1] // 20) :])),
+        "run": name,
+        "compile (s)": run["compile (s)"],
+        "run (s)": median,
+        "steps/s": run["steps"] / median,
+        "wall per seed (s)": median / (seeds or 1),
+        "final return": float(np.nanmean(returns[..., -max(1, returns.shape[-1] // 20):])),
         "invalid rate": float(np.mean(metrics["invalid_action_rate"])),
     }
 
 
+def side_by_side(envs: int, timesteps: int, rounds: int) -> list[dict]:
+    """The stripped and the default PPO at ``envs`` x 128, compiled, then run alternately ``rounds`` times."""
+    default = ppo.PPOConfig.cartpole(num_envs=envs, total_steps=timesteps)
+    stripped = ppo.PPOConfig.cartpole(num_envs=envs, total_steps=timesteps, mask_actions=False,
+                                      bootstrap_truncation=False)
+    runs = {"stripped": compiled_run(stripped, metrics_callback=False), "default": compiled_run(default)}
+    seconds = {"stripped": [], "default": []}
+    metrics = {}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            wall, metrics[name] = timed(run)
+            seconds[name].append(wall)
+    ratios = [s / d for s, d in zip(seconds["stripped"], seconds["default"])]
+    label = f"CartPole {envs}x128"
+    base = row(f"{label}, stripped to PureJaxRL's computation", runs["stripped"], seconds["stripped"],
+               metrics["stripped"])
+    full = row(f"{label}, default (mask, truncation bootstrap, metrics)", runs["default"], seconds["default"],
+               metrics["default"])
+    base["x stripped"], full["x stripped"] = 1.0, statistics.median(ratios)
+    full["x stripped, range"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
+    print(f"{label}: stripped {seconds['stripped']}, default {seconds['default']}, ratios {ratios}", flush=True)
+    return [base, full]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", type=int, nargs="+", default=[4, 64], help="env counts of the side-by-side pairs")
     parser.add_argument("--timesteps", type=int, default=500_000, help="steps per CartPole run (per seed)")
-    parser.add_argument("--vault-timesteps", type=int, default=2_097_152, help="steps of the Vault run (c)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 8, 64], help="seed counts for (d)")
+    parser.add_argument("--min-updates", type=int, default=32, help="a pair runs at least this many updates")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating timed runs of each pair")
+    parser.add_argument("--vault-timesteps", type=int, default=2_097_152, help="steps of the Vault run (0: none)")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[1, 8, 64], help="seed counts of the vmapped runs")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
-
-    cartpole = ppo.PPOConfig.cartpole(total_steps=args.timesteps)
-    bare = ppo.PPOConfig.cartpole(total_steps=args.timesteps, mask_actions=False, bootstrap_truncation=False)
-    runs = [
-        ("(a) CartPole 4x128, PureJaxRL's computation (baseline)", bare, None, False),
-        ("(a) CartPole 4x128, masked, metrics on", cartpole, None, True),
-        ("(b) CartPole 64x128, masked, metrics on", ppo.PPOConfig.cartpole(total_steps=args.timesteps, num_envs=64), None, True),
-        ("(c) Vault 256x128 (the default PPOConfig)", ppo.PPOConfig(total_steps=args.vault_timesteps), None, True),
-    ] + [(f"(d) CartPole 4x128, vmap {n} seeds", cartpole, n, True) for n in args.seeds]
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
 
     rows = []
-    for name, config, seeds, callback in runs:
-        result = timed_run(config, seeds, callback)
-        row = {"run": name, **result, "wall per seed (s)": result["run (s)"] / (seeds or 1)}
-        rows.append(row)
-        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-    baseline = rows[0]["steps/s"]
-    for row in rows:
-        row["x baseline"] = row["steps/s"] / baseline
+    for envs in args.envs:
+        rows += side_by_side(envs, max(args.timesteps, args.min_updates * envs * 128), args.rounds)
+    singles = []
+    if args.vault_timesteps:
+        singles.append(("Vault 256x128 (the default PPOConfig)", ppo.PPOConfig(total_steps=args.vault_timesteps), None))
+    cartpole = ppo.PPOConfig.cartpole(total_steps=args.timesteps)
+    singles += [(f"CartPole 4x128, vmap {n} seeds", cartpole, n) for n in args.seeds]
+    for name, config, seeds in singles:
+        run = compiled_run(config, seeds)
+        seconds, metrics = timed(run)
+        rows.append(row(name, run, [seconds], metrics, seeds))
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
     write_results(
         "ppo_speed",
         rows,
         out_dir=args.out,
-        columns=["run", "compile (s)", "run (s)", "steps/s", "x baseline", "wall per seed (s)", "final return", "invalid rate"],
-        extra={"timesteps": args.timesteps, "vault_timesteps": args.vault_timesteps},
+        columns=["run", "compile (s)", "run (s)", "steps/s", "x stripped", "x stripped, range", "wall per seed (s)",
+                 "final return", "invalid rate"],
+        extra={"envs": args.envs, "timesteps": args.timesteps, "min_updates": args.min_updates,
+               "rounds": args.rounds, "vault_timesteps": args.vault_timesteps, "seeds": args.seeds},
     )
 
 
