@@ -10,7 +10,8 @@
 #   make docs FULL=1   the same with full-budget outputs, re-running only notebooks whose code changed
 #   make docs-check    open every page of the built site in headless Chromium (CI runs it)
 #   make bench-device  time every lesson at its full budget on this machine's device, then run every
-#                      benchmark; fills the device's column of the lesson-times table
+#                      benchmark; fills the device's column of the lesson-times table. BUDGET=540 runs
+#                      only what fits in 540 s (the same command again goes on); PART=1/3 a third of it
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 VENV := .venv
@@ -132,10 +133,18 @@ colab-sync: $(PACKAGE_STAMP)
 
 # On a new device (a T4 or TPU runtime, a GPU server): time every lesson at its full budget, one at a
 # time, then run every benchmark (their JSON and tables land in benchmarks/results/<device>/). The
-# device's times go into docs/results/lesson_times.json, and the per-device table of
-# docs/start-here.md and each notebook's Time paragraph are rewritten from it. Hours on a 2-core CPU.
+# device's times go into docs/results/lesson_times.json after each item, and the per-device table of
+# docs/start-here.md and each notebook's Time paragraph are rewritten from it. Hours on a 2-core CPU,
+# so it goes in slices: what this device has recorded at the checked-out commit is skipped, and
+# BUDGET=540 (seconds) starts only what its estimate says fits in what is left, stops anything still
+# running at the budget, and says what is left; the same command again goes on. PART=K/N runs the
+# K-th of N parts of about the same length. BENCH_ARGS passes more options (--again, --try-long,
+# --budget quick; `python benchmarks/lesson_times.py --help`).
+BUDGET ?=
+PART ?=
+BENCH_ARGS ?=
 bench-device: $(PACKAGE_STAMP)
-	$(BIN)/python benchmarks/lesson_times.py --benchmarks
+	$(BIN)/python benchmarks/lesson_times.py --benchmarks $(if $(BUDGET),--budget-s $(BUDGET)) $(if $(PART),--part $(PART)) $(BENCH_ARGS)
 
 # The site: lessons/ from the recorded runs (docs/tooling/lessons.py), then Sphinx with warnings as
 # errors. FULL=1 renders full-budget outputs (a release build); only changed notebooks run again.
@@ -154,3 +163,4 @@ docs-check: $(PACKAGE_STAMP)
 	{ echo "installing Debian's chromium and chromium-driver for the browser test"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 	$(BIN)/python -m pytest docs/tooling/test_site.py -p no:cacheprovider -q
+

@@ -1,41 +1,78 @@
 """How long each lesson takes on this machine, at its full (or quick) budget, and every benchmark run here.
 
     make bench-device                                    # every notebook at its full budget, then every benchmark
+    make bench-device BUDGET=540                         # only what fits in 540 s; the same command again goes on
+    make bench-device PART=2/3                           # the second of three parts of about the same length
     python benchmarks/lesson_times.py                    # every notebook at its full budget
-    python benchmarks/lesson_times.py --budget quick     # at the quick budgets, as CI runs them
+    python benchmarks/lesson_times.py --budget quick     # at the quick budgets (LABCORE_QUICK=1)
     python benchmarks/lesson_times.py --notebooks 03_jit_scan_vmap 07_masked_ppo
     python benchmarks/lesson_times.py --only-benchmarks  # every benchmark, no notebook
+    python benchmarks/lesson_times.py --budget-s 540     # start nothing that would not finish within 540 s
+    python benchmarks/lesson_times.py --again            # also what this device has recorded at this commit
     python benchmarks/lesson_times.py --render           # rewrite the tables from the records, run nothing
 
-Each notebook runs alone, one after another, as a learner runs it: copied into a temporary folder
-and executed start to end under nbval (``pytest --nbval-lax``) in a fresh kernel, with
-``LABCORE_QUICK`` set for the budget; the time is the wall time of that command, kernel start
-included. The device is the one JAX picks by default (probed in a separate process, so that this
-one holds no accelerator). Every benchmark in ``BENCHMARKS`` runs with its default arguments and
-writes its JSON and markdown table under ``benchmarks/results/<device>/``.
+Each item (a notebook or a benchmark) runs alone, one after another. A notebook runs as a learner
+runs it: copied into a temporary folder and executed start to end under nbval (``pytest
+--nbval-lax``) in a fresh kernel, with ``LABCORE_QUICK`` set for the budget; its time is the wall
+time of that command, kernel start included. The device is the one JAX picks by default (probed in
+a separate process, so that this one holds no accelerator). Every benchmark in ``BENCHMARKS`` runs
+with its default arguments and writes its JSON and markdown table under
+``benchmarks/results/<device>/``.
+
+Start-up, compile and run. The kernel starts with an IPython start-up file (``KERNEL_TIMING``,
+placed in a temporary ``IPYTHONDIR``) that notes when the kernel started, how long ``import jax``
+and the initialisation of JAX's backends took, and how long JAX spent compiling: the wall time
+covered by its tracing, lowering and XLA compile events (``jax.monitoring``; reading a compiled
+program from the persistent compilation cache counts as compiling), overlaps counted once. Beside
+``seconds`` a notebook's record keeps ``startup_s`` (from launching pytest to the kernel's start,
+plus importing jax and initialising its backends), ``compile_s`` and ``run_s`` (the rest: the
+lesson's own work, and shutting the kernel down), and ``compiles`` (XLA compilations). Processes a
+notebook starts itself (lesson 05's) are not counted in ``compile_s``. A JAX without those events
+leaves the split out, and a record without it is shown without it.
+
+Slices. ``--budget-s S`` bounds the whole call to S seconds. Before each item the script estimates
+its time and starts it only if it would finish within what is left; one that would not waits, and
+a shorter one after it may go first. The estimate is 1.1 times this device's last time for the item
+(a finished run, or how long a run stopped at the budget had gone); else 1.1 times the reference
+CPU's time (the first other CPU in the records), plus 30 s on an accelerator for its start-up and
+compiles; else a guess, 10 min for a notebook and 5 min for a benchmark. Each item also runs with a
+timeout of what is left, so a slice never overruns: an item stopped so is recorded as "stopped at
+the budget after N s" (with no split), not as a failure, and 1.1 N becomes its estimate. When
+nothing left fits, the call prints what is left and the command that continues, and exits 0. A call skips every item this
+device has recorded at the current commit (a notebook's commit gains "+changes" when the notebook
+differs from it, its **Time** paragraph apart), so the same command again goes on where the last
+stopped; ``--again`` runs them anyway. ``--part K/N`` runs the K-th of N parts of the item list,
+split by expected time (the estimates from the records of the checked-out commit, so that every
+call splits alike). ``--try-long`` also gives what is left to an item that this device has never
+run and whose estimate does not fit (an estimate from the CPU can be far off on an accelerator).
 
 What was measured goes into ``docs/results/lesson_times.json``, one record per device (a rerun
-replaces that device's entries, and keeps the rest). From the records this script writes the
-per-device table of ``docs/start-here.md`` (between its ``lesson times`` markers) and the
-``**Time**`` paragraph that opens every notebook, so the first accelerator it runs on fills in its
-column everywhere. ``tests/test_lesson_times.py`` checks that the tables and paragraphs are what
-the records say.
+replaces that device's entries, and keeps the rest), saved after every item. From the records this
+script writes the per-device table of ``docs/start-here.md`` (between its ``lesson times`` markers)
+and the ``**Time**`` paragraph that opens every notebook, so the first accelerator it runs on fills
+in its column everywhere. ``--records PATH`` measures into another file (a trial run); the tables
+are written from ``docs/results/lesson_times.json`` only. ``tests/test_lesson_times.py`` checks
+that the tables and paragraphs are what the records say.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
 import pathlib
 import platform
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "docs" / "tooling"))
@@ -56,6 +93,135 @@ BENCHMARKS = (
 PROBE = ("import jax, json, os; d = jax.devices()[0]; "
          "print(json.dumps({'platform': d.platform, 'device_kind': d.device_kind, 'device_count': jax.device_count(), "
          "'jax': jax.__version__, 'cpu_count': os.cpu_count()}))")
+# Estimates before an item starts (see the module's docstring): timing noise on top of a recorded time,
+# an accelerator's start-up and compiles on top of a CPU's time, and a guess where nothing is recorded.
+ESTIMATE_MARGIN = 1.1
+ACCELERATOR_STARTUP_S = 30.0
+GUESS_S = {"notebook": 600.0, "benchmark": 300.0}
+FINISH_RESERVE_S = 5.0  # kept back from every timeout: stopping an item, saving, rewriting the tables
+TRY_LONG_MIN_S = 60.0  # --try-long gives an item what is left only if at least this much is
+
+# The IPython start-up file every timed kernel runs (written into a temporary IPYTHONDIR). It imports
+# nothing into the notebook's namespace and does not import jax itself (a notebook may set jax's
+# environment variables first): it waits for the notebook's own `import jax`, then listens to JAX's
+# compile events, and writes what it saw after every cell and at exit, so a kernel stopped at the
+# budget still leaves its numbers.
+KERNEL_TIMING = r'''
+def _labcore_kernel_timing():
+    import atexit, importlib.util, json, os, sys, threading, time
+
+    out = os.environ.get("LABCORE_TIMING_OUT")
+    if not out:
+        return
+    path = os.path.join(out, f"kernel-{os.getpid()}.json")
+    compile_events = {"/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                      "/jax/core/compile/backend_compile_duration"}
+    facts = {"kernel_started": time.time(), "jax_import_s": None, "backend_init_s": None, "compile_s": None,
+             "compiles": 0}
+    compile_spans, init_spans, import_spans, listening, lock = [], [], [], [], threading.Lock()
+
+    def covered(spans):
+        total, end = 0.0, float("-inf")
+        for start, stop in sorted(spans):
+            if stop > end:
+                total += stop - max(start, end)
+                end = stop
+        return total
+
+    def write(*_):
+        with lock:  # start-up: importing jax, and initialising its backends (the first call of backends())
+            startup = list(init_spans) + import_spans
+            if import_spans:
+                facts["backend_init_s"] = covered(startup) - covered(import_spans)
+            if listening:  # compile time that is not start-up
+                facts["compile_s"] = covered(compile_spans + startup) - covered(startup)
+            try:
+                with open(path + ".tmp", "w") as file:
+                    json.dump(facts, file)
+                os.replace(path + ".tmp", path)
+            except OSError:
+                pass
+
+    def on_duration(event, duration, *_, **__):
+        if event in compile_events:
+            now = time.time()
+            compile_spans.append((now - float(duration), now))
+            if event.endswith("backend_compile_duration"):
+                facts["compiles"] += 1
+
+    def after_jax_import(began):
+        import_spans.append((began, time.time()))
+        facts["jax_import_s"] = import_spans[0][1] - began
+        try:
+            import jax.monitoring
+            jax.monitoring.register_event_duration_secs_listener(on_duration)
+            listening.append(True)
+        except Exception:
+            pass
+        try:  # backends() finds JAX's plugins (CUDA's, say) and starts every backend the first time it runs
+            from jax._src import xla_bridge
+            backends = xla_bridge.backends
+
+            def timed_backends(*args, **kwargs):
+                if getattr(xla_bridge, "_backends", True):
+                    return backends(*args, **kwargs)
+                start = time.time()
+                try:
+                    return backends(*args, **kwargs)
+                finally:
+                    init_spans.append((start, time.time()))
+
+            xla_bridge.backends = timed_backends
+        except Exception:
+            pass
+
+    class AfterJaxImport:
+        def find_spec(self, name, path=None, target=None):
+            if name != "jax":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            loader = getattr(spec, "loader", None)
+            if loader is not None and hasattr(loader, "exec_module"):
+                exec_module = loader.exec_module
+
+                def timed_exec_module(module):
+                    began = time.time()
+                    exec_module(module)
+                    after_jax_import(began)
+
+                loader.exec_module = timed_exec_module
+            return spec
+
+    if "jax" in sys.modules:
+        after_jax_import(time.time())
+    else:
+        sys.meta_path.insert(0, AfterJaxImport())
+    atexit.register(write)
+    try:
+        get_ipython().events.register("post_run_cell", write)
+    except Exception:
+        pass
+    write()
+
+
+_labcore_kernel_timing()
+del _labcore_kernel_timing
+'''
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One thing to time: a notebook (`name` without .ipynb) or a benchmark script (`name` with .py)."""
+    kind: str
+    name: str
+
+    def section(self, budget: str) -> str:
+        """Where a device's record keeps it: under the budget for a notebook, under "benchmarks" for a script."""
+        return budget if self.kind == "notebook" else "benchmarks"
+
+    def __str__(self) -> str:
+        return self.name if self.kind == "notebook" else f"benchmark {self.name}"
 
 
 def probe_device(python: str = sys.executable) -> dict:
@@ -73,15 +239,38 @@ def probe_device(python: str = sys.executable) -> dict:
     return found
 
 
+def _without_time_paragraph(text: str) -> str | None:
+    """A notebook's JSON with its first cell's **Time** paragraph taken out, normalised; None if it is not one."""
+    try:
+        notebook = json.loads(text)
+        cell = notebook["cells"][0]
+        source = "".join(cell["source"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    at = source.find("**Time**")
+    if at >= 0:
+        end = source.find("\n\n", at)
+        source = source[:at] + ("" if end < 0 else source[end:])
+    cell["source"] = source
+    return json.dumps(notebook, sort_keys=True)
+
+
 def _commit(path: pathlib.Path | None = None) -> str | None:
-    """The checked-out commit; "<commit>+changes" when `path` differs from that commit's copy of it."""
+    """The checked-out commit; "<commit>+changes" when `path` differs from that commit's copy of it.
+
+    A notebook whose only difference is its **Time** paragraph (which this script rewrites) has not changed.
+    """
     result = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True)
     commit = result.stdout.strip() or None
     if commit and path is not None:
         changed = subprocess.run(["git", "-C", str(REPO_ROOT), "diff", "--quiet", "HEAD", "--", str(path)])
         if changed.returncode == 1:
-            commit += "+changes"
+            committed = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"HEAD:{path.relative_to(REPO_ROOT)}"],
+                                       capture_output=True, text=True)
+            before = _without_time_paragraph(committed.stdout) if committed.returncode == 0 else None
+            if before is None or before != _without_time_paragraph(path.read_text()):
+                commit += "+changes"
     return commit
 
 
@@ -89,32 +278,141 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
 
 
-def time_notebook(name: str, budget: str, python: str = sys.executable) -> dict:
-    """Run notebooks/`name`.ipynb start to end under nbval at `budget` in a temporary folder; its facts."""
-    env = dict(os.environ, LABCORE_QUICK="1" if budget == "quick" else "0")
-    with tempfile.TemporaryDirectory(prefix="labcore-times-") as folder:
-        shutil.copy(NOTEBOOKS / f"{name}.ipynb", folder)
-        started = time.monotonic()
-        result = subprocess.run([python, "-m", "pytest", f"{name}.ipynb", "--nbval-lax", "--nbval-current-env",
-                                 f"--nbval-cell-timeout={CELL_TIMEOUT_S}", "-p", "no:cacheprovider", "-q"],
-                                cwd=folder, env=env, capture_output=True, text=True)
+@dataclasses.dataclass
+class Finished:
+    """What a command left: its exit status (None when stopped at its timeout), output and wall time."""
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def run_command(command: list[str], cwd: pathlib.Path, env: dict | None = None,
+                timeout_s: float | None = None) -> Finished:
+    """Run `command`; at `timeout_s` stop it and every process it started in its session."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # a group of its own, stopped whole at the timeout
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+        return Finished(process.returncode, stdout, stderr, time.monotonic() - started)
+    except subprocess.TimeoutExpired:
         seconds = time.monotonic() - started
-    facts = {"seconds": round(seconds, 1), "ok": result.returncode == 0, "date": _now(),
+        _stop_group(process)
+        try:
+            stdout, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a process that left the group still holds the pipes
+            stdout, stderr = "", ""
+        return Finished(None, stdout, stderr, seconds)
+    except BaseException:  # Ctrl-C: the command is in its own session, so it would run on unseen
+        _stop_group(process)
+        raise
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+def _stopped(facts: dict, timeout_s: float) -> dict:
+    return dict(facts, ok=False, stopped=True, timeout_s=round(timeout_s, 1))
+
+
+def split_times(kernel: dict | None, launched: float, seconds: float) -> dict:
+    """startup_s, compile_s and run_s of a notebook that took `seconds`, from its kernel's timing file.
+
+    `launched` is the wall-clock time (time.time()) at which the timed command started. Nothing when the kernel
+    left no file; no compile_s (and no run_s) when its JAX had no compile events to listen to.
+    """
+    if not kernel or kernel.get("kernel_started") is None:
+        return {}
+    startup = (max(0.0, kernel["kernel_started"] - launched) + (kernel.get("jax_import_s") or 0.0)
+               + (kernel.get("backend_init_s") or 0.0))
+    startup = min(startup, seconds)
+    split = {"startup_s": round(startup, 1)}
+    if kernel.get("compile_s") is not None:
+        compile_s = min(kernel["compile_s"], seconds - startup)
+        split.update(compile_s=round(compile_s, 1), run_s=round(seconds - startup - compile_s, 1),
+                     compiles=int(kernel.get("compiles") or 0))
+    return split
+
+
+def _stop_kernels(folder: pathlib.Path) -> None:
+    """Stop the kernels that wrote into `folder`, and what they started (Linux; elsewhere a kernel stops itself).
+
+    jupyter_client starts a kernel in a session of its own, so stopping pytest's process group leaves it (and
+    anything it started) running; ipykernel notices its parent has gone only within a second or so.
+    """
+    for path in folder.glob("kernel-*.json"):
+        pid = int(path.stem.split("-")[1])
+        try:  # that pid, if it still runs, is one of these kernels: its environment names this folder
+            if str(folder).encode() not in pathlib.Path(f"/proc/{pid}/environ").read_bytes():
+                continue
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:  # not a group of its own
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+
+
+def _kernel_facts(folder: pathlib.Path) -> dict | None:
+    """The timing file of the notebook's kernel (the first to start, should the notebook start others)."""
+    found = []
+    for path in folder.glob("kernel-*.json"):
+        try:
+            found.append(json.loads(path.read_text()))
+        except ValueError:
+            continue
+    return min(found, key=lambda facts: facts.get("kernel_started") or float("inf")) if found else None
+
+
+def time_notebook(name: str, budget: str, python: str = sys.executable, timeout_s: float | None = None,
+                  run: Callable[..., Finished] = run_command) -> dict:
+    """Run notebooks/`name`.ipynb start to end under nbval at `budget` in a temporary folder; its facts.
+
+    Stopped at `timeout_s` (None: no limit), it is recorded as stopped, with how long it had run.
+    """
+    with tempfile.TemporaryDirectory(prefix="labcore-times-") as folder:
+        folder = pathlib.Path(folder)
+        shutil.copy(NOTEBOOKS / f"{name}.ipynb", folder)
+        startup = folder / "ipython" / "profile_default" / "startup"
+        startup.mkdir(parents=True)
+        (startup / "00-labcore-timing.py").write_text(KERNEL_TIMING)
+        (folder / "timing").mkdir()
+        env = dict(os.environ, LABCORE_QUICK="1" if budget == "quick" else "0", IPYTHONDIR=str(folder / "ipython"),
+                   LABCORE_TIMING_OUT=str(folder / "timing"))
+        launched = time.time()
+        result = run([python, "-m", "pytest", f"{name}.ipynb", "--nbval-lax", "--nbval-current-env",
+                      f"--nbval-cell-timeout={CELL_TIMEOUT_S}", "-p", "no:cacheprovider", "-q"],
+                     cwd=folder, env=env, timeout_s=timeout_s)
+        if result.returncode is None:
+            _stop_kernels(folder / "timing")
+        kernel = _kernel_facts(folder / "timing")
+    facts = {"seconds": round(result.seconds, 1), "ok": result.returncode == 0, "date": _now(),
              "commit": _commit(NOTEBOOKS / f"{name}.ipynb")}
+    if result.returncode is None:  # the kernel's file tells of the cells it finished only: no split
+        return _stopped(facts, timeout_s)
+    facts.update(split_times(kernel, launched, result.seconds))
     if result.returncode != 0:
         failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
         facts["error"] = failed[0] if failed else result.stdout.strip().splitlines()[-1:]
     return facts
 
 
-def run_benchmark(script: str, out_dir: pathlib.Path, python: str = sys.executable) -> dict:
-    started = time.monotonic()
-    result = subprocess.run([python, str(REPO_ROOT / "benchmarks" / script), "--out", str(out_dir)], cwd=REPO_ROOT,
-                            capture_output=True, text=True)
+def run_benchmark(script: str, out_dir: pathlib.Path, python: str = sys.executable, timeout_s: float | None = None,
+                  run: Callable[..., Finished] = run_command) -> dict:
+    """Run benchmarks/`script` with its results in `out_dir`; its facts (stopped at `timeout_s` as a notebook is)."""
+    result = run([python, str(REPO_ROOT / "benchmarks" / script), "--out", str(out_dir)], cwd=REPO_ROOT,
+                 timeout_s=timeout_s)
+    facts = {"seconds": round(result.seconds, 1), "ok": result.returncode == 0, "date": _now(),
+             "commit": _commit(), "results": str(out_dir.relative_to(REPO_ROOT))}
+    if result.returncode is None:
+        return _stopped(facts, timeout_s)  # its earlier table, if any, stays
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{pathlib.Path(script).stem}.md").write_text(result.stdout)  # its markdown table, as printed
-    facts = {"seconds": round(time.monotonic() - started, 1), "ok": result.returncode == 0, "date": _now(),
-             "commit": _commit(), "results": str(out_dir.relative_to(REPO_ROOT))}
     if result.returncode != 0:
         facts["error"] = (result.stderr.strip().splitlines() or ["no output"])[-1]
     return facts
@@ -126,6 +424,16 @@ def load_records(path: pathlib.Path = RECORDS) -> dict:
 
 def save_records(records: dict, path: pathlib.Path = RECORDS) -> None:
     path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+
+
+def committed_records(path: pathlib.Path = RECORDS) -> dict | None:
+    """The records as the checked-out commit has them (None outside git): the same in every call at a commit."""
+    try:
+        result = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"HEAD:{path.relative_to(REPO_ROOT)}"],
+                                capture_output=True, text=True)
+        return json.loads(result.stdout) if result.returncode == 0 else None
+    except (ValueError, OSError):
+        return None
 
 
 def lesson_names() -> list[str]:
@@ -141,9 +449,17 @@ def duration(seconds: float) -> str:
 
 
 def _cell(entry: dict | None) -> str:
+    """A record's time as the tables say it: '38 s (29 s start-up and compile)', 'failed after 2.0 min', ..."""
     if entry is None:
         return "not measured"
-    return duration(entry["seconds"]) if entry["ok"] else f"failed after {duration(entry['seconds'])}"
+    if entry.get("stopped"):
+        return f"stopped at the budget after {duration(entry['seconds'])}"
+    if not entry["ok"]:
+        return f"failed after {duration(entry['seconds'])}"
+    said = duration(entry["seconds"])
+    if entry.get("startup_s") is not None and entry.get("compile_s") is not None:
+        said += f" ({duration(entry['startup_s'] + entry['compile_s'])} start-up and compile)"
+    return said
 
 
 def prose_words(name: str) -> int:
@@ -189,6 +505,24 @@ def _columns(records: dict) -> list[tuple[str, str, str | None]]:
     return columns
 
 
+def _split_notes(records: dict) -> str:
+    """What the notes say of split times and of runs stopped at a budget, where the records hold any."""
+    entries = [entry for record in records.values() for budget in ("full", "quick")
+               for entry in record.get(budget, {}).values()]
+    said = ""
+    if any(entry["ok"] and entry.get("startup_s") is not None and entry.get("compile_s") is not None
+           for entry in entries):
+        said += (" A time with a second one in brackets was split as it ran: the bracket is start-up (pytest and "
+                 "the kernel starting, `import jax` and the initialisation of JAX's backend) and compiling (JAX "
+                 "tracing, lowering and compiling with XLA in the notebook's kernel, or reading a compiled program "
+                 "from the persistent cache); the rest is the lesson's own work. A short lesson is mostly start-up "
+                 "and compile, which is why it can take longer on an accelerator than on a CPU.")
+    if any(entry.get("stopped") for entry in entries):
+        said += (" \"Stopped at the budget\" is a run that a time-limited call (`make bench-device BUDGET=...`) "
+                 "stopped: the lesson takes longer than that there, and did not fail.")
+    return said
+
+
 def table(records: dict) -> str:
     """The markdown of the lesson-times section's table and its notes."""
     columns = _columns(records)
@@ -204,7 +538,7 @@ def table(records: dict) -> str:
              "included), one notebook after another with no other notebook or training run beside it, measured by "
              "`python benchmarks/lesson_times.py` (`make bench-device` also runs every benchmark). Reading time "
              f"counts the prose at {WORDS_PER_MINUTE} words a minute (fenced code and pseudocode not counted); the "
-             "exercises and the quiz come on top.", ""]
+             "exercises and the quiz come on top." + _split_notes(records), ""]
     for label in sorted(records):
         record = records[label]
         dates = sorted({entry["date"] for budget in ("full", "quick") for entry in record.get(budget, {}).values()})
@@ -213,7 +547,8 @@ def table(records: dict) -> str:
     missing = [header for key, header in EXPECTED if not any(key in label for label in records)]
     if missing:
         notes.append(f"- Not measured yet on: {', '.join(missing)}. `make bench-device` on such a runtime fills "
-                     "in its column.")
+                     "in its column; `make bench-device BUDGET=540` measures only what fits in 9 minutes, and the "
+                     "same command again goes on where it stopped.")
     return "\n".join(lines + notes)
 
 
@@ -269,7 +604,147 @@ def render(records: dict, write: bool = True) -> list[str]:
     return changed
 
 
-def main(argv: list[str] | None = None) -> int:
+def _reference_cpu(records: dict, label: str) -> tuple[str, dict] | None:
+    """The CPU record an estimate falls back on: the first CPU in label order other than `label`."""
+    cpus = sorted(other for other, record in records.items()
+                  if other != label and record.get("device", {}).get("platform") == "cpu")
+    return (cpus[0], records[cpus[0]]) if cpus else None
+
+
+def estimate(item: Item, budget: str, records: dict, device: dict) -> tuple[float, str]:
+    """Seconds `item` should take on `device` at `budget`, and where the figure comes from.
+
+    1.1 times this device's last finished time, or how long its last run went before it was stopped at the
+    budget; else 1.1 times the reference CPU's time, plus 30 s on an accelerator; else a guess.
+    """
+    here = records.get(device["label"], {}).get(item.section(budget), {}).get(item.name)
+    if here is not None and (here["ok"] or here.get("stopped")):
+        did = "was stopped after" if here.get("stopped") else "took"
+        return ESTIMATE_MARGIN * here["seconds"], f"this device {did} {duration(here['seconds'])}"
+    found = _reference_cpu(records, device["label"])
+    entry = found[1].get(item.section(budget), {}).get(item.name) if found else None
+    if entry is not None and entry["ok"]:
+        seconds = ESTIMATE_MARGIN * entry["seconds"]
+        if device["platform"] != "cpu":
+            seconds += ACCELERATOR_STARTUP_S
+        return seconds, f"from the {found[0]}'s {duration(entry['seconds'])}"
+    return GUESS_S[item.kind], "a guess: no time recorded"
+
+
+def is_recorded(entry: dict | None, commit: str | None) -> bool:
+    """Whether a record entry is a finished run (passed or failed) at `commit`: one a resumed call skips."""
+    return entry is not None and not entry.get("stopped") and commit is not None and entry.get("commit") == commit
+
+
+def partition(items: list[Item], weights: dict[Item, float], parts: int) -> list[list[Item]]:
+    """`items` in `parts` parts of about equal total weight, each in the list's order; the same split every time.
+
+    The longest item first goes to the part with the least so far (ties: the earlier part, the earlier name).
+    """
+    chosen: list[list[Item]] = [[] for _ in range(parts)]
+    totals = [0.0] * parts
+    for item in sorted(items, key=lambda item: (-weights[item], item.kind, item.name)):
+        part = min(range(parts), key=lambda part: (totals[part], part))
+        chosen[part].append(item)
+        totals[part] += weights[item]
+    order = {item: at for at, item in enumerate(items)}
+    return [sorted(part, key=order.__getitem__) for part in chosen]
+
+
+def measure(items: list[Item], record: dict, *, budget: str, estimates: dict[Item, tuple[float, str]],
+            commit_of: Callable[[Item], str | None], run_item: Callable[[Item, float | None], dict],
+            save: Callable[[], None], budget_s: float | None = None, again: bool = False, try_long: bool = False,
+            clock: Callable[[], float] = time.monotonic, started: float | None = None,
+            say: Callable[[str], None] = print) -> list[Item]:
+    """Time `items` one after another into `record` (one device's), calling `save` after each; what is left.
+
+    Skips an item `record` holds at its current commit (unless `again`). With `budget_s`, counted from `started`,
+    an item whose estimate does not fit what is left is not started, and every item runs with a timeout of what
+    is left; with `try_long` too, what is left at the end goes to an item not started that this device never ran.
+    Returns the items not started and those stopped at the budget, in the list's order.
+    """
+    started = clock() if started is None else started
+
+    def remaining() -> float | None:
+        return None if budget_s is None else budget_s - (clock() - started) - FINISH_RESERVE_S
+
+    def run(item: Item, timeout_s: float | None) -> None:
+        seconds, source = estimates[item]
+        at = f" at the {budget} budget" if item.kind == "notebook" else ""
+        limit = "" if timeout_s is None else f", at most {duration(timeout_s)}"
+        say(f"{item}{at} (about {duration(seconds)}, {source}{limit}) ...")
+        facts = run_item(item, timeout_s)
+        record.setdefault(item.section(budget), {})[item.name] = facts
+        save()  # after each item: a call stopped halfway keeps what it measured
+        said = _cell(facts)
+        if facts.get("startup_s") is not None and facts.get("run_s") is not None:
+            said += (f": start-up {facts['startup_s']:.1f} s, compile {facts['compile_s']:.1f} s "
+                     f"({facts['compiles']} compilations), run {facts['run_s']:.1f} s")
+        say(f"  {said}" + (f" ({facts['error']})" if facts.get("error") else ""))
+        if facts.get("stopped"):
+            stopped.append(item)
+
+    waiting, stopped = [], []
+    for item in items:
+        entry = record.get(item.section(budget), {}).get(item.name)
+        if not again and is_recorded(entry, commit_of(item)):
+            say(f"{item}: recorded here at {entry['commit']}, {_cell(entry)}; skipped")
+            continue
+        left = remaining()
+        if left is not None and estimates[item][0] > left:
+            waiting.append(item)
+            say(f"{item}: about {duration(estimates[item][0])} ({estimates[item][1]}), "
+                f"{duration(max(left, 0.0))} left: not started")
+            continue
+        run(item, left)
+    if try_long and budget_s is not None:
+        for item in list(waiting):
+            left = remaining()
+            if record.get(item.section(budget), {}).get(item.name) is None and left >= TRY_LONG_MIN_S:
+                say(f"{item}: longer than the {duration(left)} left by its estimate; started anyway (--try-long)")
+                waiting.remove(item)
+                run(item, left)
+    return [item for item in items if item in waiting or item in stopped]
+
+
+def _part(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N, as 2/3; got {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def _continue_command(argv: list[str]) -> str:
+    """The command that goes on where this call stopped: this one, without --again."""
+    return shlex.join(["python", "benchmarks/lesson_times.py", *(arg for arg in argv if arg != "--again")])
+
+
+def _say_what_is_left(left: list[Item], estimates: dict[Item, tuple[float, str]], record: dict,
+                      args: argparse.Namespace, argv: list[str], say: Callable[[str], None]) -> None:
+    """The end of a call stopped at its budget: what is left, by how much, and the command that goes on."""
+    whole = args.budget_s - FINISH_RESERVE_S
+    say(f"stopped at the budget of {args.budget_s:.0f} s with {len(left)} left, about "
+        f"{duration(sum(estimates[item][0] for item in left))} by their estimates:")
+    for item in left:
+        seconds, source = estimates[item]
+        too_long = "; more than a whole budget" if seconds > whole else ""
+        say(f"  {item}: about {duration(seconds)} ({source}){too_long}")
+    if any(estimates[item][0] <= whole for item in left):
+        say(f"the same command again goes on (it skips what this device has recorded at this commit):\n"
+            f"  {_continue_command(argv)}")
+    longer = [item for item in left if estimates[item][0] > whole]
+    if longer:
+        never_run = [item for item in longer if record.get(item.section(args.budget), {}).get(item.name) is None]
+        say("an item longer than a whole budget runs with a larger budget (--budget-s; BUDGET= for make)"
+            + (" or, if this device has never run it, with --try-long, which gives it what is left once "
+               "nothing else fits" if never_run and not args.try_long else ""))
+
+
+def main(argv: list[str] | None = None, *, probe: Callable[[], dict] = probe_device,
+         run_item: Callable[[Item, float | None], dict] | None = None, clock: Callable[[], float] = time.monotonic,
+         say: Callable[[str], None] = print) -> int:
+    started = clock()
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", choices=("full", "quick"), default="full")
     parser.add_argument("--notebooks", nargs="*", help="notebook names without .ipynb (default: every notebook)")
@@ -277,32 +752,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-benchmarks", action="store_true", help="run every benchmark, no notebook")
     parser.add_argument("--render", action="store_true", help="only rewrite the tables from the records")
     parser.add_argument("--check", action="store_true", help="exit 1 if the tables disagree with the records")
+    parser.add_argument("--budget-s", type=float, metavar="SECONDS",
+                        help="this call's time: start nothing that would not finish within it, and stop at it")
+    parser.add_argument("--again", action="store_true",
+                        help="also run what this device has recorded at the current commit (skipped by default)")
+    parser.add_argument("--part", type=_part, metavar="K/N",
+                        help="only the K-th of N parts of the items, split by expected time")
+    parser.add_argument("--try-long", action="store_true",
+                        help="with --budget-s: give what is left at the end to an item never run on this device "
+                             "whose estimate does not fit")
+    parser.add_argument("--records", type=pathlib.Path, default=RECORDS,
+                        help=f"the records to read and add to (default {RECORDS.relative_to(REPO_ROOT)}); the "
+                             "tables are rewritten only from the default")
     args = parser.parse_args(argv)
-    records = load_records()
+    records = load_records(args.records)
+    tables = args.records.resolve() == RECORDS.resolve()
     if args.check:
         stale = render(records, write=False)
-        print("\n".join(f"out of step with {RECORDS.name}: {path}" for path in stale))
+        say("\n".join(f"out of step with {args.records.name}: {path}" for path in stale))
         return 1 if stale else 0
     if not args.render:
-        device = probe_device()
-        record = records.setdefault(device["label"], {"device": device})
-        record["device"] = device
-        print(f"device: {device['label']} ({device['machine']})", flush=True)
-        for name in [] if args.only_benchmarks else (args.notebooks or lesson_names()):
-            print(f"{name} at the {args.budget} budget ...", flush=True)
-            facts = time_notebook(name, args.budget)
-            record.setdefault(args.budget, {})[name] = facts
-            save_records(records)  # after each notebook: a long run stopped halfway keeps what it measured
-            print(f"  {_cell(facts)}" + (f" ({facts['error']})" if not facts["ok"] else ""), flush=True)
+        device = probe()
+        record = records.get(device["label"], {"device": device})
+        say(f"device: {device['label']} ({device['machine']})")
+        names = [] if args.only_benchmarks else (args.notebooks or lesson_names())
+        items = [Item("notebook", name) for name in names]
         if args.benchmarks or args.only_benchmarks:
-            slug = re.sub(r"[^a-z0-9]+", "-", device["label"].lower()).strip("-")
-            for script in BENCHMARKS:
-                print(f"benchmark {script} ...", flush=True)
-                record.setdefault("benchmarks", {})[script] = run_benchmark(
-                    script, REPO_ROOT / "benchmarks" / "results" / slug)
-                save_records(records)
-    for path in render(records):
-        print(f"wrote {path}")
+            items += [Item("benchmark", script) for script in BENCHMARKS]
+        if args.part:
+            part, parts = args.part
+            stable = committed_records() or records  # the same in every call at this commit, whatever ran since
+            weights = {item: estimate(item, args.budget, stable, device)[0] for item in items}
+            items = partition(items, weights, parts)[part - 1]
+            say(f"part {part} of {parts}: {', '.join(map(str, items)) or 'nothing'} "
+                f"(about {duration(sum(weights[item] for item in items))})")
+        estimates = {item: estimate(item, args.budget, records, device) for item in items}
+        slug = re.sub(r"[^a-z0-9]+", "-", device["label"].lower()).strip("-")
+
+        def run_for_real(item: Item, timeout_s: float | None) -> dict:
+            if item.kind == "notebook":
+                return time_notebook(item.name, args.budget, timeout_s=timeout_s)
+            return run_benchmark(item.name, REPO_ROOT / "benchmarks" / "results" / slug, timeout_s=timeout_s)
+
+        def save() -> None:
+            record["device"] = device  # the machine of the newest measurement
+            records[device["label"]] = record
+            save_records(records, args.records)
+
+        def commit_of(item: Item) -> str | None:
+            return _commit(NOTEBOOKS / f"{item.name}.ipynb") if item.kind == "notebook" else _commit()
+
+        left = measure(items, record, budget=args.budget, estimates=estimates, commit_of=commit_of,
+                          run_item=run_item or run_for_real, save=save, budget_s=args.budget_s, again=args.again,
+                          try_long=args.try_long, clock=clock, started=started, say=say)
+        if left:
+            _say_what_is_left(left, {item: estimate(item, args.budget, records, device) for item in left},
+                              record, args, argv, say)
+        elif items:
+            say(f"done: every item of this call is recorded for the {device['label']}")
+    if tables:
+        for path in render(records):
+            say(f"wrote {path}")
+    elif not args.check:
+        say(f"tables not rewritten: they are written from {RECORDS.relative_to(REPO_ROOT)}, and these records "
+            f"are {args.records}")
     return 0
 
 
