@@ -5,6 +5,8 @@
 #   make test-compat  the notebooks (all but 06, 09) on the oldest stack pyproject.toml allows, with labcore
 #                     installed as the Colab cell installs it (CI runs it after make test);
 #                     COMPAT_UNIT=1 runs the unit tests there too
+#   make wheelhouse   wheels of labcore and all it needs, for a machine with no network: PY=3.12,
+#                     PLATFORM=manylinux_2_28_x86_64, SKIP="jax==0.11.2 jaxlib==0.11.2 torch" (see below)
 #   make docs   build the site into docs/_build/html: every lesson with the outputs `make test`
 #               recorded (a notebook with no recorded run, or whose code changed since, runs once)
 #   make docs FULL=1   the same with full-budget outputs, re-running only notebooks whose code changed
@@ -164,3 +166,29 @@ docs-check: $(PACKAGE_STAMP)
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 	$(BIN)/python -m pytest docs/tooling/test_site.py -p no:cacheprovider -q
 
+# Wheels of labcore and of everything it needs, for a machine with no network (a cluster's compute
+# nodes, an air-gapped GPU server), built here for that machine's Python and platform
+# (offline/wheelhouse.py). Copy the folder there, then:
+#   python -m pip install --no-index --find-links wheelhouse labcore        ("labcore[torch]" with torch)
+# PY=3.12 and PLATFORM=manylinux_2_28_x86_64 name the target (default: this machine's Python and
+# platform; `python -m pip debug --verbose` there lists its tags), DEST the folder (wheelhouse/).
+# SKIP="jax==0.11.2 jaxlib==0.11.2 torch" or SKIP_FROM=FILE (`pip list --format=freeze` on the target)
+# leaves out what the target has, and everything chosen fits the versions given. TORCH=cpu (default:
+# the CPU build, from PyTorch's own index on Linux), pypi (PyPI's build: CUDA on Linux, several GB) or
+# none. Versions are requirements.txt's pins where it has one (tested on Python 3.11); PINS= takes the
+# newest that pyproject.toml allows, and so does a target whose jax (given in SKIP) is not the pinned
+# one, as the pins go together around one jax. EXTRAS=profile adds labcore's other extras.
+PY ?=
+PLATFORM ?=
+DEST ?= wheelhouse
+SKIP ?=
+SKIP_FROM ?=
+TORCH ?= cpu
+PINS ?= requirements.txt
+EXTRAS ?=
+WHEELHOUSE_ARGS = --dest '$(DEST)' --torch '$(TORCH)' --pins '$(PINS)' --skip '$(SKIP)' $(if $(PY),--python '$(PY)') \
+  $(if $(PLATFORM),--platform '$(PLATFORM)') $(if $(SKIP_FROM),--skip-from '$(SKIP_FROM)') $(if $(EXTRAS),--extras '$(EXTRAS)')
+.PHONY: wheelhouse
+wheelhouse:
+	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 found on PATH" >&2; exit 1; }
+	$(PYTHON) offline/wheelhouse.py $(strip $(WHEELHOUSE_ARGS))
