@@ -543,13 +543,32 @@ def table(records: dict) -> str:
         record = records[label]
         dates = sorted({entry["date"] for budget in ("full", "quick") for entry in record.get(budget, {}).values()})
         span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "no runs yet"
-        notes.append(f"- **{label}**: {record['device']['machine']}; measured {span}.")
+        elsewhere = _other_machines(record)
+        notes.append(f"- **{label}**: {record['device']['machine']}; measured {span}"
+                     + (f"; with the same label, {'; '.join(elsewhere)}" if elsewhere else "") + ".")
     missing = [header for key, header in EXPECTED if not any(key in label for label in records)]
     if missing:
         notes.append(f"- Not measured yet on: {', '.join(missing)}. `make bench-device` on such a runtime fills "
                      "in its column; `make bench-device BUDGET=540` measures only what fits in 9 minutes, and the "
                      "same command again goes on where it stopped.")
     return "\n".join(lines + notes)
+
+
+def machine_of(record: dict, entry: dict | None) -> str:
+    """The machine an entry was measured on: its own, or (entries from before they named one) the record's."""
+    return (entry or {}).get("machine") or record["device"]["machine"]
+
+
+def _other_machines(record: dict) -> list[str]:
+    """Notes for the entries of a record measured on a machine other than the record's."""
+    others: dict[str, dict[str, list[str]]] = {}  # machine -> lesson -> budgets
+    for budget in ("full", "quick"):
+        for name, entry in sorted(record.get(budget, {}).items()):
+            if machine_of(record, entry) != record["device"]["machine"]:
+                others.setdefault(machine_of(record, entry), {}).setdefault(name[:2], []).append(budget)
+    return [", ".join(f"lesson {number} ({' and '.join(budgets)} budget{'s' if len(budgets) > 1 else ''})"
+                      for number, budgets in sorted(lessons.items())) + f" on {machine}"
+            for machine, lessons in others.items()]
 
 
 def time_paragraph(name: str, records: dict) -> str:
@@ -564,9 +583,12 @@ def time_paragraph(name: str, records: dict) -> str:
         label, record = found
         full, quick = record.get("full", {}).get(name), record.get("quick", {}).get(name)
         measured = (f"{_cell(full)} at the full budgets" if full else "not yet measured at the full budgets")
+        machine = machine_of(record, full or quick)
         if quick:
             measured += f", {_cell(quick)} at the quick budgets (`LABCORE_QUICK=1`, as CI runs it)"
-        parts.append(f"{measured} on {article(label)} {label} (measured one notebook at a time; {record['device']['machine']}).")
+            if machine_of(record, quick) != machine:
+                measured += f" ({machine_of(record, quick)})"
+        parts.append(f"{measured} on {article(label)} {label} (measured one notebook at a time; {machine}).")
     others = [(label, record["full"][name]) for label, record in sorted(records.items())
               if record["device"]["platform"] != "cpu" and name in record.get("full", {})]
     parts.extend(f"On {article(label)} {label}: {_cell(entry)} at the full budgets." for label, entry in others)
@@ -791,11 +813,14 @@ def main(argv: list[str] | None = None, *, probe: Callable[[], dict] = probe_dev
 
         def run_for_real(item: Item, timeout_s: float | None) -> dict:
             if item.kind == "notebook":
-                return time_notebook(item.name, args.budget, timeout_s=timeout_s)
-            return run_benchmark(item.name, REPO_ROOT / "benchmarks" / "results" / slug, timeout_s=timeout_s)
+                facts = time_notebook(item.name, args.budget, timeout_s=timeout_s)
+            else:
+                facts = run_benchmark(item.name, REPO_ROOT / "benchmarks" / "results" / slug, timeout_s=timeout_s)
+            return dict(facts, machine=device["machine"])  # a label can cover several machines (two 2-core CPUs)
 
         def save() -> None:
-            record["device"] = device  # the machine of the newest measurement
+            # the record's machine stays the one its earlier entries were measured on; each new entry names its own
+            record.setdefault("device", device)
             records[device["label"]] = record
             save_records(records, args.records)
 

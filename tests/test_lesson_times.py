@@ -337,3 +337,15 @@ def test_the_kernel_start_up_file_times_the_import_of_jax_and_its_compiles(tmp_p
     facts = json.loads(written.read_text())
     assert facts["jax_import_s"] > 0 and facts["backend_init_s"] >= 0
     assert facts["compile_s"] > 0 and facts["compiles"] >= 1  # JAX's compile events were heard
+
+
+def test_an_entry_measured_on_another_machine_of_the_same_label_names_its_own():
+    first, second = times.lesson_names()[:2]
+    record = {"device": CPU, "full": {first: entry(100), second: dict(entry(50), machine="another 2-core CPU")},
+              "quick": {second: dict(entry(20), machine="another 2-core CPU")}}
+    records = {"2-core CPU": record}
+    assert "(measured one notebook at a time; a 2-core test CPU)" in times.time_paragraph(first, records)
+    assert "(measured one notebook at a time; another 2-core CPU)" in times.time_paragraph(second, records)
+    note = next(line for line in times.table(records).splitlines() if line.startswith("- **2-core CPU**"))
+    assert note.startswith("- **2-core CPU**: a 2-core test CPU; measured")
+    assert f"lesson {second[:2]} (full and quick budgets) on another 2-core CPU" in note
