@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     train_al.add_argument("--cpus-per-actor", type=float, default=1.0, help="Ray CPUs each actor reserves")
     train_al.add_argument("--stall-timeout", type=float, default=120.0,
                           help="seconds without any rollout before the run stops (actors that cannot be placed)")
+    train_al.add_argument("--actor-deadline", type=float, default=60.0,
+                          help="seconds an actor may go without delivering a rollout before it is killed and restarted "
+                               "(its first after a start: at least three times the slowest first one measured)")
     train_al.add_argument("--timeout", type=float, default=None, help="seconds for the whole run (default: no limit)")
     train_al.add_argument("--run-dir", default=None, help="folder for metrics (JSONL, CSV, TensorBoard) and checkpoints/")
     train_al.add_argument("--log-every", type=_positive_int, default=200, help="learner updates between metric rows")
@@ -326,7 +329,7 @@ def _train_dqn_actor_learner(args: argparse.Namespace) -> int:
         broadcast_every=args.broadcast_every, log_every=args.log_every, address=args.address,
         max_restarts=args.max_restarts, cpus_per_actor=args.cpus_per_actor, run_dir=args.run_dir,
         checkpoint_every=args.checkpoint_every, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard,
-        stall_timeout_s=args.stall_timeout, timeout_s=args.timeout)
+        stall_timeout_s=args.stall_timeout, actor_deadline_s=args.actor_deadline, timeout_s=args.timeout)
     # summary.json without its two lists (every actor, every evaluation episode): one line to read
     print(json.dumps({name: value for name, value in result.summary.items() if name not in ("actors", "eval_returns")}))
     return 0
@@ -436,8 +439,6 @@ def main(argv: list[str] | None = None) -> int:
         distributed.initialize()
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
-        from labcore import runs
-
         commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_on_loop,
                     ("eval", "ppo"): _eval_ppo, ("train", "pqn"): _train_on_loop, ("eval", "pqn"): _eval_pqn,
                     ("train", "gflownet"): _train_on_loop, ("train", "iqn"): _train_on_loop,
@@ -445,9 +446,15 @@ def main(argv: list[str] | None = None) -> int:
                     ("train", "dqn-scan"): _train_on_loop}
         try:
             return commands[args.command, args.agent](args)
-        except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, ConnectionError,
-                runs.DamagedCheckpoints) as error:  # bad config, env, folder or address: one line
-            print(f"error: {error}", file=sys.stderr)
+        except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, ConnectionError) as error:
+            print(f"error: {error}", file=sys.stderr)  # bad config, env, folder (in use) or address: one line
+            return 2
+        except RuntimeError as error:
+            from labcore.checkpoint import DamagedCheckpoints  # loaded by then: the command read checkpoints
+
+            if not isinstance(error, DamagedCheckpoints):
+                raise
+            print(f"error: {error}", file=sys.stderr)  # no intact checkpoint: one line naming each
             return 2
     if args.command == "launch":
         from labcore import distributed

@@ -6,11 +6,29 @@
 ``like`` is a pytree of the same structure (real arrays or ``jax.ShapeDtypeStruct``s) that
 tells orbax the shapes and dtypes to restore into. Typed PRNG keys (``jax.random.key``) are
 not plain arrays: store ``jax.random.key_data(key)`` and re-wrap with ``wrap_key_data``.
+
+**Every checkpoint is verified before it is read.** Orbax commits a checkpoint atomically (it
+writes a temporary folder and renames it), and tensorstore checks its own index, but nothing checks
+the array bytes: a flipped byte in a data file restores without a word. So once orbax has committed
+a step, ``save`` records the size and a BLAKE2b digest of every file in the step's folder
+(``DIGESTS_NAME``, written atomically, by the first process of a multi-process run), and the step's
+metadata says that it will have them. ``restore`` and ``restore_metadata`` check every file first:
+a missing, resized or changed file, or digests missing where the metadata promised them (a process
+killed between the commit and the digests), makes the step damaged (``DamagedCheckpoint``, naming
+the file). Asked for the newest step (``step=None``), they name each damaged step in one line on
+stderr and read the newest intact one; asked for a given step, they refuse a damaged one. A
+checkpoint written before labcore recorded digests has none to check: it is read as it is, and
+that is said once per folder.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +37,177 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 
+DIGESTS_NAME = "labcore-digests.json"  # in each step's folder: {"algorithm", "files": {path: {"size", "digest"}}}
+DIGEST_ALGORITHM = "blake2b-128"
+_CHUNK = 1 << 20
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint whose files are not what was written: missing, resized, changed, or unverifiable."""
+
+
+class DamagedCheckpoints(RuntimeError):
+    """Checkpoints were found, and none of them is intact (or restores)."""
+
+
+def file_digest(path: Path) -> str:
+    """The BLAKE2b (128-bit) digest of a file's bytes, as hex."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _step_files(step_dir: Path) -> list[Path]:
+    return sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != DIGESTS_NAME)
+
+
+def record_digests(step_dir: str | os.PathLike) -> Path:
+    """Write ``DIGESTS_NAME`` for a committed step's folder (atomically: a temporary file renamed)."""
+    step_dir = Path(step_dir)
+    files = {p.relative_to(step_dir).as_posix(): {"size": p.stat().st_size, "digest": file_digest(p)}
+             for p in _step_files(step_dir)}
+    target = step_dir / DIGESTS_NAME
+    temporary = step_dir / f".{DIGESTS_NAME}.tmp"
+    temporary.write_text(json.dumps({"algorithm": DIGEST_ALGORITHM, "files": files}, indent=1, sort_keys=True) + "\n")
+    os.replace(temporary, target)
+    return target
+
+
+def verify(step_dir: str | os.PathLike) -> bool:
+    """Check a step's folder against its digests; True if it has them (and every file matches), False
+    if it was written without them (before labcore recorded digests). Raises DamagedCheckpoint
+    naming the first file that is missing, resized or changed, or when digests were promised by the
+    step's metadata and are missing or unreadable."""
+    step_dir = Path(step_dir)
+    path = step_dir / DIGESTS_NAME
+    if not path.exists():
+        promised = _promised_digests(step_dir)
+        if promised is None:
+            raise DamagedCheckpoint(f"{step_dir.name}: it has no {DIGESTS_NAME}, and its metadata is missing or "
+                                    "cannot be read")
+        if promised:
+            raise DamagedCheckpoint(f"{step_dir.name}: its {DIGESTS_NAME} is missing (the run stopped while the "
+                                    "checkpoint was being finished)")
+        return False
+    try:
+        manifest = json.loads(path.read_text())
+        files = manifest["files"]
+        if manifest.get("algorithm") != DIGEST_ALGORITHM:
+            raise DamagedCheckpoint(f"{step_dir.name}: digests of an unknown kind ({manifest.get('algorithm')!r})")
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        if isinstance(err, DamagedCheckpoint):
+            raise
+        raise DamagedCheckpoint(f"{step_dir.name}: its {DIGESTS_NAME} cannot be read ({type(err).__name__})") from None
+    for name, expected in sorted(files.items()):
+        file = step_dir / name
+        if not file.is_file():
+            raise DamagedCheckpoint(f"{step_dir.name}/{name} is missing")
+        size = file.stat().st_size
+        if size != expected["size"]:
+            raise DamagedCheckpoint(f"{step_dir.name}/{name} has {size} bytes, {expected['size']} were written")
+        if file_digest(file) != expected["digest"]:
+            raise DamagedCheckpoint(f"{step_dir.name}/{name} has changed since it was written (its digest differs)")
+    return True
+
+
+def _promised_digests(step_dir: Path) -> bool | None:
+    """Whether the step's metadata (orbax's JSON item) says digests were to be recorded; None when
+    that metadata is missing or cannot be read (nothing then vouches for the step)."""
+    metadata = step_dir / "metadata" / "metadata"
+    try:
+        return bool(json.loads(metadata.read_text()).get("digests"))
+    except (ValueError, AttributeError, OSError):
+        return None
+
+
+def unfinished(directory: str | os.PathLike) -> list[Path]:
+    """Folders of ``directory`` left by a save that never finished (orbax writes a step into a
+    temporary folder, ``<step>.orbax-checkpoint-tmp-<n>``, and renames it when done): never read."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_dir() and ".orbax-checkpoint-tmp" in p.name)
+
+
+_unverified_said: set[str] = set()
+_verified: dict[Path, tuple[tuple, DamagedCheckpoint | None]] = {}  # step folder -> (its files then, the verdict)
+
+
+def _verify_step(directory: str | os.PathLike, step: int) -> None:
+    """verify() a step's folder, once while its files stay as they were (a load reads the metadata,
+    then the state: the files are hashed once); say once per folder that old steps are unverified."""
+    step_dir = Path(directory).absolute() / str(step)
+    seen = tuple((p.relative_to(step_dir).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+                 for p in sorted(step_dir.rglob("*")) if p.is_file())
+    earlier = _verified.get(step_dir)
+    if earlier is not None and earlier[0] == seen:
+        if earlier[1] is not None:
+            raise earlier[1]
+        return
+    try:
+        has_digests = verify(step_dir)
+    except DamagedCheckpoint as damage:
+        _verified[step_dir] = (seen, damage)
+        raise
+    _verified[step_dir] = (seen, None)
+    if not has_digests and str(step_dir.parent) not in _unverified_said:
+        _unverified_said.add(str(step_dir.parent))
+        print(f"labcore: checkpoint {step} in {step_dir.parent} has no digests (written before labcore recorded "
+              "them): read without verifying its files", file=sys.stderr, flush=True)
+
+
+_named: set[tuple[Path, tuple]] = set()  # damaged steps already named on stderr, as their files were
+
+
+def intact_step(directory: str | os.PathLike, step: int | None = None) -> int:
+    """``step`` if its files verify (DamagedCheckpoint if not); for None, the newest step whose files
+    verify, each newer damaged one named in one line on stderr (DamagedCheckpoints if none does)."""
+    with _manager(directory) as manager:
+        available = sorted(manager.all_steps())
+    if not available:
+        raise FileNotFoundError(f"no checkpoint in {directory}")
+    for stray in unfinished(directory):
+        if str(stray) not in _unverified_said:
+            _unverified_said.add(str(stray))
+            print(f"labcore: {stray} is a checkpoint whose save never finished: not used", file=sys.stderr, flush=True)
+    if step is not None:
+        if step not in available:
+            raise FileNotFoundError(f"no checkpoint for step {step} in {directory}; available: {available}")
+        _verify_step(directory, step)
+        return step
+    damaged = []
+    for candidate in reversed(available):
+        try:
+            _verify_step(directory, candidate)
+        except DamagedCheckpoint as err:
+            damaged.append(f"step {candidate} ({err})")
+            step_dir = Path(directory).absolute() / str(candidate)
+            if (step_dir, _verified[step_dir][0]) not in _named:  # once, however often it is read
+                _named.add((step_dir, _verified[step_dir][0]))
+                print(f"labcore: checkpoint {candidate} in {step_dir.parent} is damaged and is not used: {err}",
+                      file=sys.stderr, flush=True)
+            continue
+        return candidate
+    raise DamagedCheckpoints(f"no intact checkpoint in {directory}: " + "; ".join(damaged))
+
+
+class _OrbaxStepNotes(logging.Filter):
+    """Drops orbax's log lines about a step's own metadata file that is missing or does not parse:
+    orbax writes one each time it lists the steps (dozens in a resume), and labcore's digests find
+    and name that damage in one line."""
+
+    NOTES = ("Metadata file does not exist", "Failed to json parse Metadata file")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(note in record.getMessage() for note in self.NOTES)
+
+
 def _manager(directory: str | os.PathLike, max_to_keep: int | None = 2) -> ocp.CheckpointManager:
+    absl = logging.getLogger("absl")
+    if not any(isinstance(existing, _OrbaxStepNotes) for existing in absl.filters):
+        absl.addFilter(_OrbaxStepNotes())
     return ocp.CheckpointManager(
         Path(directory).absolute(),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
@@ -34,6 +222,7 @@ def save(
     Blocks until written. Keeps the newest ``max_to_keep`` checkpoints. Returns the step's folder.
     """
     state = _as_arrays(state)
+    metadata = {**metadata, "digests": DIGEST_ALGORITHM}  # the promise verify() holds the step to
     with _manager(directory, max_to_keep) as manager:
         manager.save(
             step,
@@ -41,7 +230,10 @@ def save(
             force=True,
         )
         manager.wait_until_finished()
-    return Path(directory).absolute() / str(step)
+    step_dir = Path(directory).absolute() / str(step)
+    if jax.process_index() == 0:  # after orbax's commit, which waits for every process's files
+        record_digests(step_dir)
+    return step_dir
 
 
 def latest_step(directory: str | os.PathLike) -> int | None:
@@ -61,21 +253,22 @@ def all_steps(directory: str | os.PathLike) -> list[int]:
 
 
 def restore_metadata(directory: str | os.PathLike, step: int | None = None) -> dict[str, Any]:
-    """Only the JSON metadata of checkpoint ``step`` (default: the newest)."""
+    """Only the JSON metadata of checkpoint ``step`` (default: the newest intact one), verified first."""
+    step = intact_step(directory, step)
     with _manager(directory) as manager:
-        step = _existing_step(manager, directory, step)
         return manager.restore(step, args=ocp.args.Composite(metadata=ocp.args.JsonRestore()))["metadata"]
 
 
 def restore(directory: str | os.PathLike, like: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """(state, metadata) of checkpoint ``step`` (default: the newest), shaped like ``like``.
+    """(state, metadata) of checkpoint ``step`` (default: the newest intact one), shaped like ``like``,
+    its files verified first (see the module docstring).
 
     A checkpoint of the Flax Linen layout, which labcore's PPO wrote before its network moved to
     Flax NNX (every parameter dict one level down, under ``'params'``), restores too, into the
     plain dicts of ``like``.
     """
+    step = intact_step(directory, step)
     with _manager(directory) as manager:
-        step = _existing_step(manager, directory, step)
         try:
             restored = _restore_step(manager, step, like)
         except ValueError as mismatch:  # orbax: the tree on disk is not shaped like ``like``
@@ -131,14 +324,3 @@ def _restore_keys(restored: Any, like: Any) -> Any:
         restored,
         like,
     )
-
-
-def _existing_step(manager: ocp.CheckpointManager, directory: str | os.PathLike, step: int | None) -> int:
-    available = manager.all_steps()
-    if not available:
-        raise FileNotFoundError(f"no checkpoint in {directory}")
-    if step is None:
-        return max(available)
-    if step not in available:
-        raise FileNotFoundError(f"no checkpoint for step {step} in {directory}; available: {sorted(available)}")
-    return step

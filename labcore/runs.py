@@ -28,6 +28,14 @@ last points out, so its files cannot simply be cut and appended to.
 ``path=None`` gives an in-memory run (rows kept in ``rows``, nothing written), which is what
 notebooks use. In a multi-process run every process opens the folder, and only the one with
 ``primary=True`` writes to it (the checkpoints are written by all of them together, through orbax).
+
+**One writer per folder.** The process that opens a folder to write it (a new run, an overwrite or
+a resume; the primary one of a multi-process run) holds a lock on it (``labcore.run_lock``:
+``fcntl.flock``, released by the operating system when the process ends, however it ends, and by
+``finish``). A second writer is refused (``run_lock.FolderInUse``) in one line naming the folder and the
+process that holds it (pid, host, start); a lock left by a killed process holds nothing, so a
+``--resume`` after a kill goes ahead. Readers (``load_checkpoint``, ``eval``, TensorBoard) take no
+lock and are never blocked. The same process may open the folder again (a notebook cell run twice).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from labcore.logging import CSV_NAME, JSONL_NAME, MetricsLogger, event_files, read_metrics, rebuild_tensorboard
+from labcore.run_lock import hold_folder, holds, release_folder
 
 CONFIG_NAME = "config.json"
 SUMMARY_NAME = "summary.json"
@@ -51,10 +60,6 @@ PLOT_NAME = "metrics.png"
 CHECKPOINTS_NAME = "checkpoints"
 DAMAGED_NAME = "damaged-checkpoints"
 RUN_FILES = (CONFIG_NAME, JSONL_NAME, CSV_NAME, PLOT_NAME, SUMMARY_NAME, CHECKPOINTS_NAME)
-
-
-class DamagedCheckpoints(RuntimeError):
-    """A resume found checkpoints, and none of them restores."""
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -128,6 +133,24 @@ class RunDir:
         run_path = Path(path)
         if run_path.exists() and not run_path.is_dir():
             raise NotADirectoryError(f"run folder {run_path} is a file, not a folder: choose another run folder")
+        if resume and not run_path.is_dir():
+            raise FileNotFoundError(f"resume: no checkpoint in {run_path / CHECKPOINTS_NAME}")
+        if not primary:
+            return cls._open_folder(run_path, config, step_key, resume, overwrite, primary, tensorboard, like,
+                                    written_with)
+        held = holds(run_path)
+        hold_folder(run_path)  # before anything is read for a resume, moved aside or deleted
+        try:
+            return cls._open_folder(run_path, config, step_key, resume, overwrite, primary, tensorboard, like,
+                                    written_with)
+        except BaseException:
+            if not held:  # a refused or failed open leaves the folder free, as it found it
+                release_folder(run_path)
+            raise
+
+    @classmethod
+    def _open_folder(cls, run_path: Path, config: Any, step_key: str, resume: bool, overwrite: bool, primary: bool,
+                     tensorboard: bool, like: Any, written_with: Mapping[str, Any] | None) -> RunDir:
         if resume:
             from labcore import checkpoint  # here: orbax loads only for a run that needs it
 
@@ -139,7 +162,7 @@ class RunDir:
             run._resume_with = (config, tensorboard, written_with)
             return run if like is None else run.restore(like)
         if primary:
-            previous = [run_path / name for name in RUN_FILES if (run_path / name).exists()] + event_files(run_path)
+            previous = _earlier_run(run_path)
             if previous and not overwrite:
                 raise FileExistsError(
                     f"{run_path} holds an earlier run ({previous[0].name}); choose another folder, overwrite it, "
@@ -157,7 +180,7 @@ class RunDir:
         A checkpoint that fails to restore (a damaged or half-written file) is reported on stderr
         in one line and moved to ``damaged-checkpoints/`` beside ``checkpoints/`` (by the primary
         process, so that the resumed run's own checkpoints replace it), and the one before it is
-        tried; when none restores, DamagedCheckpoints (a RuntimeError) names each. Then ``resume_step`` is the step
+        tried; when none restores, ``labcore.checkpoint.DamagedCheckpoints`` (a RuntimeError) names each. Then ``resume_step`` is the step
         restored, ``restored`` its ``(state, metadata)``, the metrics rows past that step are cut
         (see the module docstring) and logging starts.
         """
@@ -166,6 +189,7 @@ class RunDir:
         config, tensorboard, written_with = self._resume_with
         self.resume_step, self.restored = _restore_intact(self.checkpoints, like, config, written_with, self.primary)
         if self.primary:
+            _check_config_file(self.path, config)
             cut_metrics(self.path, self.step_key, self.resume_step)
             rebuild_tensorboard(self.path, self.step_key, tensorboard)
         self.logger = _start(self.path, config, self.step_key, tensorboard, self.primary)
@@ -208,6 +232,13 @@ class RunDir:
         if self.logger is not None:
             self.logger.close()
         writes = self.path is not None and self.primary
+        try:
+            self._finish_files(writes, summary, figure)
+        finally:
+            if writes:
+                release_folder(self.path)
+
+    def _finish_files(self, writes: bool, summary: Mapping[str, Any] | None, figure: Any) -> None:
         if writes and summary is not None:
             (self.path / SUMMARY_NAME).write_text(json.dumps(dict(summary), indent=2) + "\n")
         if callable(figure):
@@ -219,6 +250,29 @@ class RunDir:
             import matplotlib.pyplot as plt
 
             plt.close(figure)
+
+
+def _check_config_file(run_path: Path, config: Any) -> None:
+    """Say in one line when a resumed run's config.json is missing, unreadable or not the config the
+    checkpoint was written with (a person edited it): the resume rewrites it from that config."""
+    path = run_path / CONFIG_NAME
+    if not path.exists():
+        problem = "was missing"
+    else:
+        try:
+            written = json.loads(path.read_text())
+        except ValueError:
+            written, problem = None, "could not be read"
+        else:
+            problem = None if written == json.loads(json.dumps(config_dict(config))) else "differed from the run's config"
+    if problem:
+        print(f"labcore: {path} {problem}: rewritten from the config the checkpoint was written with",
+              file=sys.stderr, flush=True)
+
+
+def _earlier_run(run_path: Path) -> list[Path]:
+    """The files of an earlier run in the folder (the writer lock file is not one)."""
+    return [run_path / name for name in RUN_FILES if (run_path / name).exists()] + event_files(run_path)
 
 
 def _start(run_path: Path, config: Any, step_key: str, tensorboard: bool, primary: bool) -> MetricsLogger:
@@ -239,6 +293,11 @@ def _restore_intact(
     steps = checkpoint.all_steps(checkpoints)
     if not steps:
         raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
+    if primary:  # a save that never finished: out of orbax's way (it would save that step again beside it)
+        for stray in checkpoint.unfinished(checkpoints):
+            print(f"labcore: {stray} is a checkpoint whose save never finished: moved to {DAMAGED_NAME}/",
+                  file=sys.stderr, flush=True)
+            _set_aside(checkpoints, stray)
     damaged: list[str] = []
     for step in reversed(steps):
         try:
@@ -255,15 +314,21 @@ def _restore_intact(
             _check_config(checkpoints, step, config, written_with)
             print(f"labcore: resuming from checkpoint {step}, the newest intact one", file=sys.stderr, flush=True)
             if primary:  # out of orbax's folder, so that the resumed run's checkpoints replace them
-                aside = checkpoints.parent / DAMAGED_NAME
-                aside.mkdir(exist_ok=True)
                 for newer in (s for s in steps if s > step):
-                    target, copy = aside / str(newer), 1
-                    while target.exists():  # damaged before, at the same step
-                        target, copy = aside / f"{newer}.{copy}", copy + 1
-                    shutil.move(str(checkpoints / str(newer)), str(target))
+                    _set_aside(checkpoints, checkpoints / str(newer))
         return step, (state, metadata)
-    raise DamagedCheckpoints(f"resume: no intact checkpoint in {checkpoints}: " + "; ".join(damaged))
+    raise checkpoint.DamagedCheckpoints(f"resume: no intact checkpoint in {checkpoints}: " + "; ".join(damaged))
+
+
+def _set_aside(checkpoints: Path, folder: Path) -> Path:
+    """Move a damaged or unfinished checkpoint folder to ``DAMAGED_NAME`` beside ``checkpoints``, kept for a look."""
+    aside = checkpoints.parent / DAMAGED_NAME
+    aside.mkdir(exist_ok=True)
+    target, copy = aside / folder.name, 1
+    while target.exists():  # damaged before, at the same step
+        target, copy = aside / f"{folder.name}.{copy}", copy + 1
+    shutil.move(str(folder), str(target))
+    return target
 
 
 def _quiet_abandoned_reads() -> None:
@@ -352,23 +417,30 @@ def cut_metrics(run_path: str | os.PathLike, step_key: str, last_step: int) -> i
 
     Returns how many rows of metrics.jsonl were dropped. Rows without ``step_key`` are kept. A
     last line without its newline was being written when the run was killed: it is dropped, as is
-    a line that does not parse. Each file is rewritten to a temporary name and moved into place,
-    so a kill mid-way leaves the old file or the new one, never half of one.
+    a line that does not parse, each said in one line on stderr (a repair, not the rows a resume
+    logs again). Each file is rewritten to a temporary name and moved into place, so a kill mid-way
+    leaves the old file or the new one, never half of one.
     """
     run_path = Path(run_path)
     jsonl = run_path / JSONL_NAME
     dropped = 0
     if jsonl.exists():
-        text = jsonl.read_text()
+        text = jsonl.read_text(errors="replace")
         lines = _complete_lines(text)
-        kept = []
+        if text.strip() and not text.endswith("\n"):
+            print(f"labcore: {jsonl} ended in a line cut short (its writer was stopped mid-line): dropped",
+                  file=sys.stderr, flush=True)
+        kept, unreadable = [], 0
         for line in lines:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
+                unreadable += 1
                 continue
             if not (isinstance(row, dict) and _past(row.get(step_key), last_step)):
                 kept.append(line)
+        if unreadable:
+            print(f"labcore: {jsonl} held {unreadable} line(s) that do not parse: dropped", file=sys.stderr, flush=True)
         dropped = sum(1 for piece in text.split("\n") if piece.strip()) - len(kept)
         _replace(jsonl, "".join(line + "\n" for line in kept))
     csv_path = run_path / CSV_NAME

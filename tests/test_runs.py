@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from labcore import runs
+from labcore import run_lock, runs
 from labcore.logging import MetricsLogger, read_metrics
 from conftest import descendants
 from test_tensorboard import assert_mirrors_jsonl
@@ -86,7 +86,7 @@ def test_overwrite_deletes_the_run_files_and_only_those(tmp_path):
     (run_path / "notes.txt").write_text("mine")
     (run_path / "data").mkdir()
     run = runs.RunDir.open(run_path, Config(seed=1), step_key="update", overwrite=True)
-    assert sorted(p.name for p in run_path.iterdir()) == ["config.json", "data", "notes.txt"]
+    assert sorted(p.name for p in run_path.iterdir()) == [run_lock.LOCK_NAME, "config.json", "data", "notes.txt"]
     assert json.loads((run_path / "config.json").read_text())["seed"] == 1
     assert (run_path / "notes.txt").read_text() == "mine"
     run.log({"update": 1})
@@ -216,7 +216,7 @@ def test_a_damaged_newest_checkpoint_is_named_set_aside_and_the_one_before_it_re
     run = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, like=LIKE)
     assert run.resume_step == 2 and float(run.restored[0]["x"][0]) == 2.0
     err = capfd.readouterr().err
-    damaged = [line for line in err.splitlines() if "damaged" in line]
+    damaged = [line for line in err.splitlines() if "is damaged" in line]
     assert len(damaged) == 1 and "checkpoint 4 in" in damaged[0], err
     assert "resuming from checkpoint 2, the newest intact one" in err and "Traceback" not in err
     assert [row["update"] for row in read_metrics(tmp_path)] == [1, 2]  # cut to the checkpoint restored
@@ -459,3 +459,104 @@ def test_data_parallel_dqn_killed_after_a_checkpoint_resumes_as_one_run(tmp_path
     assert logged_twice and all(row == again[row["update"]] for row in logged_twice)
     summary = json.loads((run_path / "summary.json").read_text())
     assert (summary["updates"], summary["timesteps"], summary["replicas"]) == (last, 2 * 10 * last, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# One writer per folder
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from labcore import run_lock, runs
+runs.RunDir.open(Path(sys.argv[1]), {"a": 1}, step_key="update", overwrite=True)
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def holding_process(run_path: Path) -> subprocess.Popen:
+    """A process that opens ``run_path`` for writing and keeps it, as a running training run does."""
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(run_path)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "holding"
+    return process
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_readers_are_not(tmp_path):
+    holder = holding_process(tmp_path)
+    try:
+        for resume, overwrite in ((False, False), (False, True), (True, False)):
+            with pytest.raises(run_lock.FolderInUse, match=rf"run folder {tmp_path} is being written by pid {holder.pid} "
+                                                       r"on host \S+, started \d{4}-\d\d-\d\dT"):
+                runs.RunDir.open(tmp_path, {"a": 1}, step_key="update", resume=resume, overwrite=overwrite)
+        assert (tmp_path / "config.json").exists()  # the holder's run is untouched
+        fake_checkpoint(tmp_path, 2, Config())
+        from labcore import checkpoint
+
+        assert float(checkpoint.restore(tmp_path / "checkpoints", LIKE)[0]["x"][0]) == 1.0  # a reader is not blocked
+        reader = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, primary=False, like=LIKE)
+        assert reader.resume_step == 2  # nor are the other processes of a multi-process run
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock of a killed process holds nothing: the folder opens, and a resume goes ahead
+    run = runs.RunDir.open(tmp_path, Config(), step_key="update", resume=True, like=LIKE)
+    assert run.resume_step == 2
+    run.finish()
+
+
+def test_the_same_process_may_open_its_folder_again_and_finish_frees_it(tmp_path):
+    first = runs.RunDir.open(tmp_path, Config(), step_key="update")
+    again = runs.RunDir.open(tmp_path, Config(), step_key="update", overwrite=True)  # a notebook cell run twice
+    again.finish()
+    first.finish()
+    holder = holding_process(tmp_path)  # finished: another process can take it
+    holder.kill()
+    holder.wait()
+
+
+def test_a_refused_open_leaves_the_folder_free(tmp_path):
+    runs.RunDir.open(tmp_path, Config(), step_key="update").finish()
+    with pytest.raises(FileExistsError, match="holds an earlier run"):
+        runs.RunDir.open(tmp_path, Config(), step_key="update")
+    holder = holding_process(tmp_path)
+    holder.kill()
+    holder.wait()
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        runs.RunDir.open(tmp_path / "never", Config(), step_key="update", resume=True)
+    assert not (tmp_path / "never").exists()  # a refused resume creates nothing
+
+
+@pytest.mark.end_to_end
+def test_a_second_train_on_a_running_folder_is_refused_and_a_killed_writer_does_not_block_resume(tmp_path):
+    """A run is stopped (SIGSTOP: alive, still holding its folder) once it has a checkpoint and a row
+    past it; the same command, alone, with --resume and with --overwrite, is refused in one line
+    naming the folder and the process, and the folder is untouched; the run is then killed (kill -9)
+    and --resume finishes it: every row once, none twice."""
+    run_path = tmp_path / "run"
+    command = labcore("train", "dqn-scan", "--total-steps", "200000", "--learning-starts", "500", "--buffer-size",
+                      "1000", "--batch-size", "32", "--hidden-sizes", "32", "32", "--log-every", "100",
+                      "--checkpoint-every", "1000", "--no-eval", "--no-progress", "--run-dir", str(run_path))
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert first.poll() is None and time.monotonic() < deadline, "the run ended, or had no checkpoint in time"
+            saved = newest_checkpoint(run_path)
+            if saved is not None and any(row["update"] > saved for row in complete_rows(run_path)):
+                break
+            time.sleep(0.01)
+        os.kill(first.pid, signal.SIGSTOP)
+        before = {p.name: p.stat().st_mtime_ns for p in run_path.iterdir()}
+        for extra in ([], ["--resume"], ["--overwrite"]):
+            second = subprocess.run([*command, *extra], capture_output=True, text=True, timeout=300)
+            lines = second.stderr.strip().splitlines()
+            assert second.returncode == 2 and len(lines) == 1, second.stderr[-2000:]
+            assert lines[0].startswith(f"error: run folder {run_path.absolute()} is being written by pid {first.pid} "
+                                       "on host"), lines[0]
+        assert {p.name: p.stat().st_mtime_ns for p in run_path.iterdir()} == before  # nothing touched
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [row["update"] for row in read_metrics(run_path)] == list(range(100, 20001, 100))  # every row once

@@ -41,6 +41,7 @@ import pickle
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -246,7 +247,7 @@ def train(
     step, episode_returns, metrics, elapsed_before = 0, [], None, 0.0
 
     if resume:
-        restored = _restore(run, train_state, replay_state, obs)
+        restored = _restore(run, config, train_state, replay_state)
         train_state, replay_state, key = restored["train_state"], restored["replay"], restored["key"]
         step, episode_returns, obs = restored["step"], restored["episode_returns"], restored["obs"]
         metrics, elapsed_before = restored["metrics"], restored["elapsed_s"]
@@ -371,18 +372,30 @@ def _save(directory, config, counters, train_state, replay_state, key, obs, vect
     checkpoint.save(directory, step, state, metadata)
 
 
-def _restore(run: runs.RunDir, train_state, replay_state, obs) -> dict[str, Any]:
-    """The loop's state at the run's newest intact checkpoint (RunDir.open has checked its config)."""
+def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What a checkpoint of this loop holds, as a function of its metadata (whether it saved the
+    replay buffer and the envs): the template ``labcore.checkpoint.restore`` fills. train_state:
+    a train state to take the parameters' shapes from (default: a fresh one)."""
+    obs_shape, obs_dtype, num_actions = env_spec(config)
+    if train_state is None:
+        train_state = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype).init(
+            jax.random.key(0))
 
     def like(metadata: dict[str, Any]) -> dict[str, Any]:
-        saved = {"train_state": train_state, "key": jax.random.key_data(jax.random.key(0)), "obs": obs}
+        saved = {"train_state": train_state, "key": np.zeros(2, np.uint32),
+                 "obs": np.zeros((config.num_envs, *obs_shape), obs_dtype)}
         if metadata["has_replay"]:
-            saved["replay"] = replay_state
+            saved["replay"] = jax.eval_shape(lambda: init_replay(config, obs_shape, obs_dtype))
         if metadata["has_envs"]:
             saved["envs"] = np.zeros(metadata["envs_bytes"], np.uint8)
         return saved
 
-    state, metadata = run.restore(like).restored
+    return like
+
+
+def _restore(run: runs.RunDir, config: dqn.DQNConfig, train_state, replay_state) -> dict[str, Any]:
+    """The loop's state at the run's newest intact checkpoint (RunDir.open has checked its config)."""
+    state, metadata = run.restore(checkpoint_template(config, train_state)).restored
     return {
         "train_state": jax.tree_util.tree_map(jnp.asarray, state["train_state"]),
         "replay": jax.tree_util.tree_map(jnp.asarray, state["replay"]) if metadata["has_replay"] else replay_state,
@@ -413,24 +426,8 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     directory = runs.checkpoint_dir(path)
     metadata = checkpoint.restore_metadata(directory, step)
     config = _config_from_metadata(metadata)
-    obs_shape, obs_dtype, num_actions = env_spec(config)
-    like = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype).init(jax.random.key(0))
-    return config, _restore_train_state_only(directory, like, config, obs_shape, obs_dtype, step)
-
-
-def _restore_train_state_only(directory, like, config, obs_shape, obs_dtype, step):
-    metadata = checkpoint.restore_metadata(directory, step)
-    template = {
-        "train_state": like,
-        "key": np.zeros(2, np.uint32),
-        "obs": np.zeros((config.num_envs, *obs_shape), obs_dtype),
-    }
-    if metadata["has_replay"]:
-        template["replay"] = jax.eval_shape(lambda: init_replay(config, obs_shape, obs_dtype))
-    if metadata["has_envs"]:
-        template["envs"] = np.zeros(metadata["envs_bytes"], np.uint8)
-    state, _ = checkpoint.restore(directory, template, step)
-    return jax.tree_util.tree_map(jnp.asarray, state["train_state"])
+    state, _ = checkpoint.restore(directory, checkpoint_template(config)(metadata), step)
+    return config, jax.tree_util.tree_map(jnp.asarray, state["train_state"])
 
 
 def evaluate(
