@@ -218,6 +218,35 @@ def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
     assert time.monotonic() - started < 60
 
 
+class Seen(Exception):
+    """Raised from on_log to end a run once what a test waits for has happened."""
+
+
+def test_a_silent_actor_is_killed_and_restarted_through_the_same_path(cluster, capfd):
+    """Actor 1 stopped (SIGSTOP: alive, holding its rollouts, never failing them) after it delivered:
+    past actor_deadline_s the learner kills it, Ray restarts it, and the new process delivers. The
+    test waits on that event (a row whose actor 1 has a new pid), not on a guess of how long it takes."""
+    seen = {}
+
+    def stop_actor_1(row, actors):
+        if "stopped" not in seen and actors[1]["pid"]:
+            os.kill(actors[1]["pid"], signal.SIGSTOP)
+            seen["stopped"], seen["at"] = actors[1]["pid"], time.monotonic()
+        elif "stopped" in seen and actors[1]["pid"] != seen["stopped"]:
+            seen["back_after"], seen["actors"], seen["row"] = time.monotonic() - seen["at"], actors, row
+            raise Seen
+
+    with pytest.raises(Seen):
+        actor_learner.run(config(total_steps=10_000_000), num_actors=2, log_every=25, address=cluster,
+                          on_log=stop_actor_1, actor_deadline_s=5, stall_timeout_s=60, timeout_s=180)
+    actors, row = seen["actors"], seen["row"]
+    assert actors[1]["silent_restarts"] == 1 and actors[1]["restarts"] == 1, actors
+    assert actors[0]["silent_restarts"] == 0 and actors[0]["restarts"] == 0, actors
+    assert row["silent_restarts"] == 1 and row["actor_restarts"] == 1 and row["transitions_lost"] > 0
+    said = [line for line in capfd.readouterr().err.splitlines() if "delivered no rollout" in line]
+    assert said == [line for line in said if line.startswith(f"labcore: actor 1 (pid {seen['stopped']})")] and said
+
+
 def test_actors_that_cannot_be_placed_are_reported_not_waited_for(cluster):
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"no actor returned a rollout for 5 s .*each actor asks for 64 CPU"):

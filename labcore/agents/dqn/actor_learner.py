@@ -21,7 +21,10 @@ Faults. An actor whose process dies is restarted by Ray (``max_restarts`` times 
 rollout it was running is lost and counted (``transitions_lost``, ``rollout_steps x
 envs_per_actor`` per death), the run goes on with the other actors, and the restarted actor gets
 work again once it answers. An actor that dies once more than ``max_restarts`` stops the run with an
-error naming it; no rollout for ``stall_timeout_s`` stops it with the cluster's resources (actors
+error naming it. An actor that is alive but silent (no rollout for ``actor_deadline_s``: a process
+stopped, hung in a call that never returns, starved of CPU) is killed by the learner, said in one
+line, and restarted through the same path (``actor_restarts``, and ``silent_restarts`` for these).
+No rollout from any actor for ``stall_timeout_s`` stops the run with the cluster's resources (actors
 that cannot be placed); either way a run with checkpoints saves one first, and the actors die with
 the learner (Ray owns them). A learner killed mid-run leaves its newest
 checkpoint (``checkpoint_every`` updates: train state, replay buffer, key, counters) in
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -155,6 +159,7 @@ def run(
     tensorboard: bool = True,
     on_log: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     stall_timeout_s: float = 120.0,
+    actor_deadline_s: float | None = 60.0,
     timeout_s: float | None = None,
 ) -> loop.RunResult:
     """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring.
@@ -163,7 +168,9 @@ def run(
     end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
     checkpoint_every count learner updates. on_log(row, actors) is called after each metrics row
     with the actors' table (rank, node_id, pid, restarts, transitions). timeout_s: a limit on the
-    whole run (None: none); stall_timeout_s: the longest wait for any rollout.
+    whole run (None: none); stall_timeout_s: the longest wait for any rollout; actor_deadline_s: the
+    longest an actor may go without delivering a rollout (from its start or restart, or its last
+    delivery; the first one includes its compiles) before it is killed and restarted (None: never).
     """
     _check_settings(num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_steps=rollout_steps,
                     broadcast_every=broadcast_every, log_every=log_every, checkpoint_every=checkpoint_every)
@@ -173,7 +180,8 @@ def run(
         raise ValueError(f"cpus_per_actor must be > 0, got {cpus_per_actor}")
     if checkpoint_every is not None and run_dir is None:
         raise ValueError("checkpoint_every needs a run_dir to write checkpoints to")
-    for name, seconds in (("stall_timeout_s", stall_timeout_s), ("timeout_s", timeout_s)):
+    for name, seconds in (("stall_timeout_s", stall_timeout_s), ("timeout_s", timeout_s),
+                          ("actor_deadline_s", actor_deadline_s)):
         if seconds is not None and seconds <= 0:
             raise ValueError(f"{name} must be > 0, got {seconds}")
     import ray
@@ -190,7 +198,7 @@ def run(
         try:
             return _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
                           max_restarts, cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s,
-                          timeout_s)
+                          timeout_s, actor_deadline_s)
         finally:
             run.logger.close()
     finally:
@@ -211,7 +219,8 @@ class _Counters(NamedTuple):
 
 
 def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
-           cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s) -> loop.RunResult:
+           cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s,
+           actor_deadline_s=None) -> loop.RunResult:
     import jax
     import ray
     from ray.exceptions import ActorDiedError, RayActorError
@@ -243,8 +252,8 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     fields = dataclasses.asdict(config)
     handles = [remote.remote(fields, rank, envs_per_actor, rollout_steps) for rank in range(num_actors)]
     earlier_restarts = before.restarts + [0] * max(0, num_actors - len(before.restarts))  # a resume may add actors
-    actors = [{"rank": rank, "node_id": None, "pid": None, "restarts": earlier_restarts[rank], "transitions": 0}
-              for rank in range(num_actors)]
+    actors = [{"rank": rank, "node_id": None, "pid": None, "restarts": earlier_restarts[rank], "silent_restarts": 0,
+               "transitions": 0} for rank in range(num_actors)]
     # Every node alive now has a column from the first row on (a CSV's columns are fixed by its first row).
     by_node = {node["node_id"]: 0 for node in ray_cluster.nodes() if node["alive"]} | dict(before.by_node)
     per_call = envs_per_actor * rollout_steps
@@ -263,9 +272,34 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
         return RuntimeError(f"actor {rank} died and Ray will not restart it (restarted {actors[rank]['restarts']} times, "
                             f"max_restarts={max_restarts}): {error}")
 
+    def deadline(rank: int) -> float | None:
+        """How long actor ``rank`` may go without a rollout now. Between rollouts, actor_deadline_s. Its
+        first rollout after a start or restart includes importing JAX and compiling, which a busy
+        machine slows: three times the slowest first rollout measured in this run, if longer; none
+        before any actor has delivered (a run where no actor delivers at all ends at stall_timeout_s)."""
+        if actor_deadline_s is None or delivered[rank]:
+            return actor_deadline_s
+        return max(actor_deadline_s, 3 * max(first_rollout_s)) if first_rollout_s else None
+
+    def silence(now: float) -> None:
+        """Kill, for Ray to restart, every actor past its deadline: a process that is alive but
+        stopped, hung or starved never fails its rollout by itself."""
+        for rank, heard in enumerate(last_heard):
+            limit = deadline(rank)
+            if limit is None or now - heard <= limit or rank in restarting.values():
+                continue
+            print(f"labcore: actor {rank} (pid {actors[rank]['pid'] or 'not yet known'}) delivered no rollout for "
+                  f"{now - heard:.0f} s: killed, for Ray to restart it", file=sys.stderr, flush=True)
+            actors[rank]["silent_restarts"] += 1
+            last_heard[rank], delivered[rank] = now, False  # its rollouts now fail, and the restart path takes over
+            ray.kill(handles[rank], no_restart=False)
+
     for rank in range(num_actors):
         ask(rank)
     started = time.perf_counter()
+    last_heard = [started] * num_actors  # each actor's start, restart or last delivery
+    delivered = [False] * num_actors  # whether it has delivered since its start or restart
+    first_rollout_s: list[float] = []  # from a start or restart to the first rollout, each time
 
     def save() -> None:
         _save(run.checkpoints, updates, state, buffer, key, config,
@@ -284,6 +318,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             if now - last_arrival > stall_timeout_s:
                 raise RuntimeError(f"no actor returned a rollout for {stall_timeout_s:.0f} s (Ray's cluster: "
                                    f"{ray.cluster_resources()}; each actor asks for {cpus_per_actor} CPU)")
+            silence(now)
             ready, _ = ray.wait([*in_flight, *restarting], num_returns=1, timeout=1.0)
             for ref in ready:
                 if ref in restarting:  # is the restarted actor up?
@@ -296,6 +331,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                         restarting[handles[rank].ready.remote()] = rank
                         continue
                     ask(rank)  # restarts are counted when its first rollout arrives (a new pid)
+                    last_heard[rank], delivered[rank] = time.perf_counter(), False  # its deadline runs from its restart
                     continue
                 rank = in_flight.pop(ref)
                 try:
@@ -310,6 +346,9 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                         restarting[handles[rank].ready.remote()] = rank
                     continue
                 last_arrival = time.perf_counter()
+                if not delivered[rank]:
+                    first_rollout_s.append(last_arrival - last_heard[rank])
+                last_heard[rank], delivered[rank] = last_arrival, True
                 first_data = first_data or last_arrival
                 entry = actors[rank]
                 if entry["pid"] is not None and entry["pid"] != out["pid"]:
@@ -339,6 +378,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                             "episode_return": float(np.mean(recent)) if recent else None,
                             "staleness": float(np.mean(staleness[-50:])) if staleness else 0.0,
                             "transitions_lost": lost, "actor_restarts": sum(a["restarts"] for a in actors),
+                            "silent_restarts": sum(a["silent_restarts"] for a in actors),
                             "seconds": before.seconds + time.perf_counter() - started,
                             **{f"transitions_node_{node[:12]}": count for node, count in sorted(by_node.items())},
                         })
@@ -366,6 +406,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
         "transitions": received,  # received, in all
         "transitions_lost": lost,  # in rollouts that died with their actor
         "actor_restarts": sum(a["restarts"] for a in actors),  # actor processes Ray started again
+        "silent_restarts": sum(a["silent_restarts"] for a in actors),  # of them, killed for a missed deadline
         "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,  # updates between acting and learning
         # Rates of this call, from the first rollout received (start-up and compiles excluded).
         "actor_steps_per_second": round((received - before.received) / acting_seconds, 1),  # all actors together
