@@ -197,7 +197,9 @@ def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
     assert "back_after" in seen, seen  # it delivered again (12.5 s after the kill when measured)
     assert actors[0]["pid"] != seen["killed"]  # a new process, which delivered rollouts afterwards
     assert actors[1]["restarts"] == 0
-    assert summary["transitions_lost"] > 0 and summary["transitions_lost"] % (4 * 32) == 0  # whole rollouts
+    # One rollout (4 envs x 32 steps) per death, or none: an actor killed after every rollout asked
+    # of it had come back loses nothing (seen once, on a loaded machine).
+    assert summary["transitions_lost"] in (0, 4 * 32)
     assert result.metrics[-1]["updates"] == (40_000 - 1000) // 4
     assert result.metrics[-1]["transitions_lost"] == summary["transitions_lost"]
     assert json.loads((run_dir / "summary.json").read_text()) == summary
