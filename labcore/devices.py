@@ -82,6 +82,21 @@ def platform() -> str:
     return "gpu" if name in ("cuda", "rocm", "gpu") else name
 
 
+def launch_bound() -> bool:
+    """Whether the default backend is a GPU, where a compiled program's small steps cost their
+    launches rather than their arithmetic.
+
+    XLA runs a GPU program as kernels launched from the host: every small operation costs a launch
+    of a few microseconds, and every ``lax.cond`` predicate and ``lax.while_loop`` test with a
+    data-dependent trip count is copied back to the host, which waits for the device before it
+    launches what follows (a scan of fixed length is not). Programs that run one step after another
+    therefore choose, where the arithmetic is the same, the form with fewer writes and no such
+    branch on a GPU, and the cheaper arithmetic elsewhere: ``labcore.packing.scan``,
+    ``labcore.truncation.final_values`` and ``labcore.logged_scan.scan_updates``.
+    """
+    return platform() == "gpu"
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceInfo:
     """One JAX device as the user sees it."""

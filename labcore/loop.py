@@ -13,7 +13,7 @@ An algorithm describes its training as a ``Program``, a few pure functions and n
 and ``train(config, make_program, ...)`` runs it: it opens the run folder (``labcore.runs.RunDir``),
 compiles ``run`` once per chunk size, runs chunks of ``checkpoint_every`` updates with an orbax
 checkpoint of the whole state after each, logs a metrics row every ``log_every`` updates while the
-compiled chunk runs (the rows reach the host in bursts, see ``scan_updates``), resumes exactly from
+compiled chunk runs (the rows reach the host in bursts, see ``labcore.logged_scan``), resumes exactly from
 the newest intact checkpoint, and ends with evaluation, ``summary.json`` and ``metrics.png``.
 PPO, PQN, the jitted DQN, the all-JAX GFlowNet trainer and IQN's fused mode run on it
 (``labcore.agents.<algo>.train``),
@@ -44,10 +44,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from labcore import runs
-
-# Logged metrics reach the host in bursts: each host call carries as many logged rows as cover at
-# most this many env steps (at least one row, so an update longer than this is one call per row).
-METRICS_BURST_STEPS = 65_536
 
 Metrics = dict[str, jax.Array]
 
@@ -97,81 +93,6 @@ class RunResult(NamedTuple):
     def of_run(cls, config: Any, state: Any, run: runs.RunDir, summary: dict[str, Any]) -> RunResult:
         """The result of a run written through ``run`` (its rows, its folder or None in memory)."""
         return cls(config, state, run.rows, summary, None if run.path is None else str(run.path))
-
-
-def burst_rows(steps_per_update: int, log_every: int) -> int:
-    """Logged rows per host call: as many as fit in ``METRICS_BURST_STEPS`` env steps, at least one."""
-    return max(1, METRICS_BURST_STEPS // (steps_per_update * log_every))
-
-
-def scan_updates(
-    update: Callable[[Any], tuple[Any, Metrics]],
-    state: Any,
-    num_updates: int,
-    *,
-    updates_done: Callable[[Any], jax.Array],
-    callback: Callable[[dict[str, np.ndarray]], None] | None = None,
-    log_every: int = 1,
-    rows_per_burst: int = 1,
-) -> tuple[Any, Metrics]:
-    """``num_updates`` (static) applications of ``update(state) -> (state, metrics)`` in one
-    ``lax.scan``; returns the final state and the metrics with leaves [num_updates].
-
-    callback: called on the host with the metrics of every update after which ``updates_done`` is
-    a multiple of ``log_every`` (numpy arrays, plus "update"; under ``jax.vmap``, once per seed),
-    in order, while the compiled program runs. A metric is a scalar or a vector (e.g. one value
-    per world), which reaches the callback as a 1-d array. The logged rows wait on the device and
-    travel to the host ``rows_per_burst`` at a time (the rest at the end): each host callback is a
-    transfer and a Python call from inside the compiled program, so fewer, larger bursts cost less.
-    The callback changes no number: the state and metrics are those of the scan without it.
-    """
-    if log_every < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
-    step = lambda carry, _: update(carry)  # noqa: E731
-    if callback is None:
-        return jax.lax.scan(step, state, None, length=num_updates)
-    names = dict(jax.eval_shape(update, state)[1])
-    names["update"] = jax.ShapeDtypeStruct((), jnp.int32)
-    ints = [name for name in names if jnp.issubdtype(names[name].dtype, jnp.integer)]  # counts, kept exact
-    floats = [name for name in names if name not in ints]
-    # a row is each kind's metrics flattened side by side: a metric's columns, its start and end
-    columns = {name: int(np.prod(names[name].shape)) for name in names}
-    spans = {name: (start := sum(columns[other] for other in group[:group.index(name)]), start + columns[name])
-             for group in (floats, ints) for name in group}
-
-    def flat(logged: Metrics, group: list[str], dtype) -> jax.Array:
-        return jnp.concatenate([jnp.ravel(jnp.asarray(logged[name], dtype)) for name in group]) if group else jnp.zeros(0, dtype)
-
-    def send(burst: tuple[jax.Array, jax.Array, jax.Array]) -> None:
-        def on_host(float_rows, int_rows, count) -> None:
-            float_rows, int_rows = np.asarray(float_rows), np.asarray(int_rows)
-            for row in range(int(count)):
-                values = {name: (float_rows if name in floats else int_rows)[row, slice(*spans[name])] for name in names}
-                callback({name: values[name].reshape(names[name].shape) for name in names})
-
-        jax.debug.callback(on_host, *burst)
-
-    def update_and_log(carry, _):
-        state, (float_rows, int_rows, count) = carry
-        state, metrics = update(state)
-        done = jnp.asarray(updates_done(state), jnp.int32)
-        logged = {**metrics, "update": done}
-        # written at row `count` every update; kept (count + 1) only when this update is logged
-        float_rows = float_rows.at[count].set(flat(logged, floats, jnp.float32))
-        int_rows = int_rows.at[count].set(flat(logged, ints, jnp.int32))
-        count = count + (done % log_every == 0)
-        full = count == rows_per_burst
-        jax.lax.cond(full, send, lambda burst: None, (float_rows, int_rows, count))
-        return (state, (float_rows, int_rows, jnp.where(full, 0, count))), metrics
-
-    empty = (
-        jnp.zeros((rows_per_burst, sum(columns[name] for name in floats)), jnp.float32),
-        jnp.zeros((rows_per_burst, sum(columns[name] for name in ints)), jnp.int32),
-        jnp.int32(0),
-    )
-    (state, burst), metrics = jax.lax.scan(update_and_log, (state, empty), None, length=num_updates)
-    jax.lax.cond(burst[2] > 0, send, lambda burst: None, burst)  # the rows logged since the last burst
-    return state, metrics
 
 
 MakeProgram = Callable[..., Program]  # (config, callback=None, log_every=1) -> Program

@@ -13,7 +13,10 @@ cut steps alone, gathered into passes of one env batch each:
 A rollout of E envs usually holds fewer than E cuts (a time limit of L steps cuts an env at most
 once every L steps), so that is one pass per rollout; more cuts take more passes, never a wrong
 value. Each pass has the shape of a per-step pass ([E, ...] rows), so on a given device the values
-are bit for bit the ones a per-step pass computes.
+are bit for bit the ones a per-step pass computes. On a GPU the default is one pass over all T * E
+final observations instead, with no loop: a loop whose length depends on the data makes the host
+wait for the device once per pass, which costs more there than the rows it skips (a matrix product
+of T * E rows may round differently in the last bits from one of E rows).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+
+from labcore import devices
 
 
 def final_values(
@@ -32,11 +37,14 @@ def final_values(
     value_of: observations [rows, ...] -> values [rows] (one network pass). The cut steps' final
     observations are gathered in time-major order into passes of ``rows`` rows (default E, the
     shape of a per-step pass); passes run while cut steps are left, none when no step was cut.
-    ``rows`` >= T * E is one pass over every step, cut or not (no gather, no loop).
+    ``rows`` >= T * E is one pass over every step, cut or not (no gather, no loop): the default on a
+    GPU, where the loop's test would be read back to the host at every pass and a pass of T * E
+    rows costs about what a pass of E rows does (``labcore.devices.launch_bound``).
     """
     num_steps, num_envs = cut.shape
     total = num_steps * num_envs
-    rows = num_envs if rows is None else rows
+    if rows is None:
+        rows = total if devices.launch_bound() else num_envs
     if final_obs.shape[:2] != cut.shape:
         raise ValueError(f"final_obs {final_obs.shape} and cut {cut.shape} disagree on [T, E]")
     if rows < 1:

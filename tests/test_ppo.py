@@ -12,7 +12,7 @@ import rlax
 
 from conftest import assert_same_tree, rollout_step_body
 
-from labcore import checkpoint, envs, loop, losses, truncation
+from labcore import checkpoint, devices, envs, logged_scan, loop, losses, truncation
 from labcore.logging import read_metrics
 from labcore.agents.ppo import core as ppo
 from labcore.tools.introspection import count_primitives
@@ -158,7 +158,8 @@ def test_the_rollout_applies_the_network_once_per_step(bootstrap, mask):
     assert count_primitives(body, "cond") == 0 and count_primitives(body, "while") == 0
 
 
-def test_truncation_bootstrap_adds_the_final_observations_value_as_a_per_step_pass_would():
+def test_truncation_bootstrap_adds_the_final_observations_value_as_a_per_step_pass_would(monkeypatch):
+    monkeypatch.setattr(devices, "launch_bound", lambda: False)  # passes of [E] rows (a GPU takes one pass of [T, E])
     config = small_vault(num_steps=24)
     short = envs.make_masked_env("Vault-v0")[1].replace(max_steps_in_episode=5)  # many cuts a rollout
     agent = ppo.make_ppo(config, env_params=short)
@@ -230,10 +231,13 @@ def test_masked_training_never_chooses_illegal_actions_and_reports_through_the_c
     assert np.mean(np.asarray(metrics["invalid_action_rate"])) > 0.3  # most of 13 actions are illegal
 
 
-def test_logged_rows_reach_the_callback_in_bursts_in_order(monkeypatch):
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu form", "gpu form"])
+def test_logged_rows_reach_the_callback_in_bursts_in_order(monkeypatch, gpu):
     """Rows wait on the device and travel a burst at a time; every logged update still reaches the
-    callback once, in order, with the numbers train returns, the last partial burst included."""
-    monkeypatch.setattr(loop, "METRICS_BURST_STEPS", 3 * 128)  # small_vault: 128 steps an update
+    callback once, in order, with the numbers train returns, the last partial burst included. The
+    GPU's form (scans of a burst's updates, no branch) delivers the same rows."""
+    monkeypatch.setattr(devices, "launch_bound", lambda: gpu)
+    monkeypatch.setattr(logged_scan, "METRICS_BURST_STEPS", 3 * 128)  # small_vault: 128 steps an update
     seen = []
     agent = ppo.make_ppo(small_vault(total_steps=128 * 7), callback=seen.append, log_every=1)  # bursts of 3, 3, 1
     run = jax.jit(agent.run, static_argnums=1)
@@ -247,6 +251,32 @@ def test_logged_rows_reach_the_callback_in_bursts_in_order(monkeypatch):
         returned = np.concatenate([np.asarray(first[name]), np.asarray(second[name])])
         np.testing.assert_array_equal(np.stack([row[name] for row in seen]), returned)
         assert all(row[name].shape == () and row[name].dtype == returned.dtype for row in seen)
+
+
+def test_on_a_gpu_the_default_adds_no_branch_to_the_stripped_program_and_no_number_changes(monkeypatch):
+    """A GPU reads every lax.cond predicate and while_loop test back to the host and waits (one
+    round trip per update cost about a tenth of a 4-env CartPole run on an H200). Its form of the
+    default PPO (mask, truncation bootstrap, metrics callback) holds no cond or while beyond what
+    the stripped program holds (jax.random's platform-dependent choices, resolved when compiling),
+    and trains to the same numbers as the CPU's form, a time-limit cut included."""
+    short = envs.make_masked_env("Vault-v0")[1].replace(max_steps_in_episode=5)  # many cuts a rollout
+
+    def program(config, callback, gpu):
+        monkeypatch.setattr(devices, "launch_bound", lambda: gpu)
+        train = ppo.make_ppo(config, env_params=short, callback=callback, log_every=2).train
+        return jax.make_jaxpr(train)(jax.random.key(0)), jax.jit(train)(jax.random.key(0))
+
+    stripped, _ = program(small_vault(mask_actions=False, bootstrap_truncation=False), None, True)
+    rows = {True: [], False: []}
+    (gpu_form, (gpu_runner, gpu_metrics)), (_, (cpu_runner, cpu_metrics)) = (
+        program(small_vault(), rows[gpu].append, gpu) for gpu in (True, False))
+    jax.effects_barrier()
+    for name in ("cond", "while"):
+        assert count_primitives(gpu_form, name) == count_primitives(stripped, name), name
+    for a, b in zip(jax.tree_util.tree_leaves((gpu_runner.params, gpu_metrics)),
+                    jax.tree_util.tree_leaves((cpu_runner.params, cpu_metrics))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+    assert [int(row["update"]) for row in rows[True]] == [int(row["update"]) for row in rows[False]] == [2, 4, 6]
 
 
 def test_vmap_over_seeds_equals_seeds_one_at_a_time():

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import assert_same_tree, rollout_step_body
 
-from labcore import losses
+from labcore import devices, losses
 from labcore.course import published
 from labcore.__main__ import main as cli
 from labcore.agents.pqn import core as pqn
@@ -139,7 +139,9 @@ def test_the_rollout_applies_the_q_network_once_per_step(network, primitive, boo
     assert count_primitives(body, "cond") == 0 and count_primitives(body, "while") == 0
 
 
-def test_callback_metrics_and_vmap_over_seeds_equals_seeds_one_at_a_time():
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu form", "gpu form"])
+def test_callback_metrics_and_vmap_over_seeds_equals_seeds_one_at_a_time(monkeypatch, gpu):
+    monkeypatch.setattr(devices, "launch_bound", lambda: gpu)  # the GPU's form logs without a branch per update
     seen = []
     agent = pqn.make_pqn(small_cartpole(), callback=seen.append, log_every=2)
     keys = jax.random.split(jax.random.key(4), 2)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from labcore import truncation
+from labcore import devices, truncation
 
 
 def value_of(obs):
@@ -28,7 +28,8 @@ def test_values_at_cut_steps_and_zero_elsewhere(rate):
     np.testing.assert_array_equal(np.asarray(values), np.where(np.asarray(cut), np.asarray(value_of(final_obs)), 0.0))
 
 
-def test_each_pass_has_the_shape_of_one_env_batch_and_runs_only_while_cuts_are_left():
+def test_each_pass_has_the_shape_of_one_env_batch_and_runs_only_while_cuts_are_left(monkeypatch):
+    monkeypatch.setattr(devices, "launch_bound", lambda: False)  # the form every device but a GPU takes
     shapes, calls = [], []
     final_obs, cut = rollout(1, rate=0.5)  # about 24 cuts of 48 steps: 6 passes of 4 rows
 
@@ -67,3 +68,18 @@ def test_shapes_that_disagree_are_refused():
         truncation.final_values(value_of, final_obs[:-1], cut)
     with pytest.raises(ValueError, match="rows must be >= 1"):
         truncation.final_values(value_of, final_obs, cut, rows=0)
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu form", "gpu form"])
+def test_the_default_passes_are_one_env_batch_on_a_cpu_and_one_pass_with_no_loop_on_a_gpu(monkeypatch, gpu):
+    """A GPU reads a while_loop's test back to the host at every pass, so there the default is one
+    pass over every step; the values at the cut steps are the same."""
+    from labcore.tools.introspection import count_primitives
+
+    monkeypatch.setattr(devices, "launch_bound", lambda: gpu)
+    final_obs, cut = rollout(2, rate=0.3)
+    program = jax.make_jaxpr(lambda obs, cut: truncation.final_values(value_of, obs, cut))(final_obs, cut)
+    assert count_primitives(program, "while") == (0 if gpu else 1)
+    values = truncation.final_values(value_of, final_obs, cut)
+    np.testing.assert_allclose(np.asarray(values), np.where(np.asarray(cut), np.asarray(value_of(final_obs)), 0.0),
+                               rtol=1e-6)

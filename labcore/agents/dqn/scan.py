@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import envs, loop, replay
+from labcore import envs, logged_scan, loop, replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import make_dqn
 
@@ -247,9 +247,9 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
         return carry, {**metrics, "timesteps": metrics["step"], "episode_return": mean_return}
 
     def run(carry: _Carry, num_updates: int) -> tuple[_Carry, dict[str, jax.Array]]:
-        return loop.scan_updates(update, carry, num_updates, updates_done=lambda c: c.step // config.train_frequency,
+        return logged_scan.scan_updates(update, carry, num_updates, updates_done=lambda c: c.step // config.train_frequency,
                                  callback=callback, log_every=log_every,
-                                 rows_per_burst=loop.burst_rows(config.train_frequency, log_every))
+                                 rows_per_burst=logged_scan.burst_rows(config.train_frequency, log_every))
 
     def evaluate_state(carry: _Carry, seed: int) -> dict[str, Any]:
         return evaluation(config, parts.evaluate, carry.train_state.params, seed)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import loop, runs
+from labcore import logged_scan, loop, runs
 from labcore.agents.gflownet import core
 from labcore.agents.gflownet.core import GFlowNetConfig
 from labcore.envs import hypergrid
@@ -78,9 +78,9 @@ def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> l
     def run(state: TrainState, n: int) -> tuple[TrainState, loop.Metrics]:
         first = state.iteration
         keys = jax.lax.dynamic_slice_in_dim(core.iteration_keys(config, state.loop_key), first, n)
-        return loop.scan_updates(lambda state: update(state, keys[state.iteration - first]), state, n,
+        return logged_scan.scan_updates(lambda state: update(state, keys[state.iteration - first]), state, n,
                                  updates_done=lambda state: state.iteration, callback=callback, log_every=log_every,
-                                 rows_per_burst=loop.burst_rows(batch, log_every))
+                                 rows_per_burst=logged_scan.burst_rows(batch, log_every))
 
     return loop.Program(
         config=config,

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, loop, validation
+from labcore import checkpoint, logged_scan, loop, validation
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.agents.iqn.programs import (WorldRun, compile_lowered, fused_epoch, fused_epochs, init_world_runs,
@@ -115,8 +115,8 @@ def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loo
     agent_steps = world_params.max_turns * world_params.n_agents * num_worlds  # per epoch
 
     def run(runs: WorldRun, n: int) -> tuple[WorldRun, loop.Metrics]:
-        return loop.scan_updates(update, runs, n, updates_done=lambda runs: runs.epoch[0], callback=callback,
-                                 log_every=log_every, rows_per_burst=loop.burst_rows(agent_steps, log_every))
+        return logged_scan.scan_updates(update, runs, n, updates_done=lambda runs: runs.epoch[0], callback=callback,
+                                 log_every=log_every, rows_per_burst=logged_scan.burst_rows(agent_steps, log_every))
 
     def evaluate_state(runs: WorldRun, seed: int) -> dict[str, Any]:
         report = evaluate(config, agent_params(config, runs), seed=EVAL_SEED + seed)

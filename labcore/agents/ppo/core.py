@@ -16,7 +16,7 @@ after the rollout, ``labcore.truncation``), compute GAE, then ``update_epochs`` 
 are recomputed under the stored masks. Metrics are one number per update (means over the
 rollout), never per step, and ``callback`` sees them every ``log_every`` updates while the
 compiled program runs: the logged rows wait on the device and reach the host in bursts, each host
-call carrying as many rows as fit in ``labcore.loop.METRICS_BURST_STEPS`` env steps (at least one;
+call carrying as many rows as fit in ``labcore.logged_scan.METRICS_BURST_STEPS`` env steps (at least one;
 every call is a transfer and a Python call made from inside the program), and all of them by the
 time ``run`` returns.
 """
@@ -36,7 +36,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import devices, envs, evaluation, loop, losses, truncation, validation
+from labcore import devices, envs, evaluation, logged_scan, loop, losses, packing, truncation, validation
 from labcore.nets.actor_critic import make_actor_critic
 from labcore.nets.functional import Functional
 
@@ -252,7 +252,7 @@ def make_ppo(
     network = make_actor_critic(obs_size, num_actions, config.hidden_size, config.num_layers, config.activation,
                                 dtype=jnp.dtype(config.compute_dtype))
     batch_size = config.num_envs * config.num_steps
-    rows_per_burst = loop.burst_rows(batch_size, log_every)  # logged rows per host call
+    rows_per_burst = logged_scan.burst_rows(batch_size, log_every)  # logged rows per host call
 
     def schedule(count: jax.Array) -> jax.Array:
         # optax counts minibatch steps; the rate falls linearly per update, as in PureJaxRL
@@ -313,7 +313,8 @@ def make_ppo(
     def collect(runner: RunnerState) -> tuple[RunnerState, Transition]:
         """One rollout of num_steps steps of every env (leaves [T, E, ...]); with bootstrap_truncation,
         each step a time limit cut gets gamma * V(final obs) on its reward."""
-        runner, rollout = jax.lax.scan(env_step, runner, None, length=config.num_steps)
+        # on a GPU, one write per step for all of a step's dozen small outputs (labcore.packing)
+        runner, rollout = packing.scan(env_step, runner, config.num_steps)
         if config.bootstrap_truncation:
             # A time limit is not a real end: credit the value of where the episode was cut off,
             # computed for the few cut steps after the rollout, with the parameters that acted
@@ -397,7 +398,7 @@ def make_ppo(
 
     def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
         """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
-        return loop.scan_updates(lambda r: update(r, None), runner, num_updates, updates_done=lambda r: r.update_step,
+        return logged_scan.scan_updates(lambda r: update(r, None), runner, num_updates, updates_done=lambda r: r.update_step,
                                  callback=callback, log_every=log_every, rows_per_burst=rows_per_burst)
 
     def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:

@@ -17,7 +17,7 @@ Q-network; compute the Q(lambda) targets of the rollout once, with the same netw
 (``labcore.losses.q_lambda_targets``); then ``update_epochs`` passes of ``num_minibatches``
 minibatch steps of the squared TD error against those fixed targets. Metrics are one number per
 update, and ``callback`` sees them every ``log_every`` updates while the compiled program runs, in
-bursts of as many logged rows as fit in ``labcore.loop.METRICS_BURST_STEPS`` env steps (at least one).
+bursts of as many logged rows as fit in ``labcore.logged_scan.METRICS_BURST_STEPS`` env steps (at least one).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import devices, envs, evaluation, loop, losses, truncation, validation
+from labcore import devices, envs, evaluation, logged_scan, loop, losses, truncation, validation
 from labcore.nets.q_networks import NETWORKS, epsilon_greedy, make_q_network
 
 OPTIMIZERS = ("adam", "radam")
@@ -220,7 +220,7 @@ def make_pqn(
     """Configure PQN for ``env`` (default ``envs.make_jax_env(config.env_id)``, a gymnax env).
 
     callback: called on the host with the update's metrics (numpy scalars) every ``log_every``
-    updates, in order, while training runs, the rows in bursts (``labcore.loop.scan_updates``);
+    updates, in order, while training runs, the rows in bursts (``labcore.logged_scan.scan_updates``);
     under ``jax.vmap`` once per seed. Nothing is traced here.
     """
     if env is None:
@@ -364,9 +364,9 @@ def make_pqn(
 
     def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
         """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
-        return loop.scan_updates(lambda r: update(r, None), runner, num_updates, updates_done=lambda r: r.update_step,
+        return logged_scan.scan_updates(lambda r: update(r, None), runner, num_updates, updates_done=lambda r: r.update_step,
                                  callback=callback, log_every=log_every,
-                                 rows_per_burst=loop.burst_rows(config.batch_size, log_every))
+                                 rows_per_burst=logged_scan.burst_rows(config.batch_size, log_every))
 
     def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:
         return run(init(key), config.num_updates)
