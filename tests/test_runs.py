@@ -526,6 +526,17 @@ def test_a_refused_open_leaves_the_folder_free(tmp_path):
     assert not (tmp_path / "never").exists()  # a refused resume creates nothing
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (state T in /proc/<pid>/task/*/stat)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 @pytest.mark.end_to_end
 def test_a_second_train_on_a_running_folder_is_refused_and_a_killed_writer_does_not_block_resume(tmp_path):
     """A run is stopped (SIGSTOP: alive, still holding its folder) once it has a checkpoint and a row
@@ -546,6 +557,12 @@ def test_a_second_train_on_a_running_folder_is_refused_and_a_killed_writer_does_
                 break
             time.sleep(0.01)
         os.kill(first.pid, signal.SIGSTOP)
+        # A stop takes effect when each thread next leaves the kernel: a write under way finishes
+        # first (a fresh clone's run once saw metrics.jsonl change 12 ms after the signal).
+        deadline = time.monotonic() + 30
+        while not all_threads_stopped(first.pid):
+            assert time.monotonic() < deadline, "the run did not stop"
+            time.sleep(0.01)
         before = {p.name: p.stat().st_mtime_ns for p in run_path.iterdir()}
         for extra in ([], ["--resume"], ["--overwrite"]):
             second = subprocess.run([*command, *extra], capture_output=True, text=True, timeout=300)
