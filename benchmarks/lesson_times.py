@@ -585,7 +585,7 @@ def time_paragraph(name: str, records: dict) -> str:
         measured = (f"{_cell(full)} at the full budgets" if full else "not yet measured at the full budgets")
         machine = machine_of(record, full or quick)
         if quick:
-            measured += f", {_cell(quick)} at the quick budgets (`LABCORE_QUICK=1`, as CI runs it)"
+            measured += f", {_cell(quick)} at the quick budgets (`LABCORE_QUICK=1`: the same code, shorter training)"
             if machine_of(record, quick) != machine:
                 measured += f" ({machine_of(record, quick)})"
         parts.append(f"{measured} on {article(label)} {label} (measured one notebook at a time; {machine}).")

@@ -35,8 +35,8 @@ LESSONS = executed.REPO_ROOT / "docs" / "lessons"
 CELL_TIMEOUT_S = 3600
 
 BUDGET_WORDS = {
-    "quick": "the **quick budget** (`LABCORE_QUICK=1`, as CI runs it: the same code with shorter "
-             "training, so curves are shorter and scores lower than a full run's)",
+    "quick": "the **quick budget** (`LABCORE_QUICK=1`: the same code with shorter training, "
+             "so curves are shorter and scores lower than a full run's)",
     "full": "the **full budget** (what a learner runs: `LABCORE_QUICK` unset)",
 }
 
