@@ -20,8 +20,8 @@
 Faults. An actor whose process dies is restarted by Ray (``max_restarts`` times per actor): a
 rollout that fails with it is lost and counted (``transitions_lost``: ``rollout_steps x
 envs_per_actor`` per death; none where every rollout asked of it had already come back), the run
-goes on with the other actors, and the restarted actor gets work again once it answers. An actor that dies once more than ``max_restarts`` stops the run with an
-error naming it. An actor that is alive but silent (no rollout for ``actor_deadline_s``: a process
+goes on with the other actors, and the restarted actor gets work again once it answers. An actor
+that dies once more than ``max_restarts`` stops the run with an error naming it. An actor that is alive but silent (no rollout for ``actor_deadline_s``: a process
 stopped, hung in a call that never returns, starved of CPU) is killed by the learner, said in one
 line, and restarted through the same path (``actor_restarts``, and ``silent_restarts`` for these).
 No rollout from any actor for ``stall_timeout_s`` stops the run with the cluster's resources (actors

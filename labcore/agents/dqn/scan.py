@@ -248,8 +248,8 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
 
     def run(carry: _Carry, num_updates: int) -> tuple[_Carry, dict[str, jax.Array]]:
         return logged_scan.scan_updates(update, carry, num_updates, updates_done=lambda c: c.step // config.train_frequency,
-                                 callback=callback, log_every=log_every,
-                                 rows_per_burst=logged_scan.burst_rows(config.train_frequency, log_every))
+                                        callback=callback, log_every=log_every,
+                                        rows_per_burst=logged_scan.burst_rows(config.train_frequency, log_every))
 
     def evaluate_state(carry: _Carry, seed: int) -> dict[str, Any]:
         return evaluation(config, parts.evaluate, carry.train_state.params, seed)

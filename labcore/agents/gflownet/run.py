@@ -79,8 +79,8 @@ def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> l
         first = state.iteration
         keys = jax.lax.dynamic_slice_in_dim(core.iteration_keys(config, state.loop_key), first, n)
         return logged_scan.scan_updates(lambda state: update(state, keys[state.iteration - first]), state, n,
-                                 updates_done=lambda state: state.iteration, callback=callback, log_every=log_every,
-                                 rows_per_burst=logged_scan.burst_rows(batch, log_every))
+                                        updates_done=lambda state: state.iteration, callback=callback, log_every=log_every,
+                                        rows_per_burst=logged_scan.burst_rows(batch, log_every))
 
     return loop.Program(
         config=config,

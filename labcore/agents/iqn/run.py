@@ -116,7 +116,7 @@ def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loo
 
     def run(runs: WorldRun, n: int) -> tuple[WorldRun, loop.Metrics]:
         return logged_scan.scan_updates(update, runs, n, updates_done=lambda runs: runs.epoch[0], callback=callback,
-                                 log_every=log_every, rows_per_burst=logged_scan.burst_rows(agent_steps, log_every))
+                                        log_every=log_every, rows_per_burst=logged_scan.burst_rows(agent_steps, log_every))
 
     def evaluate_state(runs: WorldRun, seed: int) -> dict[str, Any]:
         report = evaluate(config, agent_params(config, runs), seed=EVAL_SEED + seed)

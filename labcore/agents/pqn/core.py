@@ -365,8 +365,8 @@ def make_pqn(
     def run(runner: RunnerState, num_updates: int) -> tuple[RunnerState, dict[str, jax.Array]]:
         """``num_updates`` more updates (static). Returns metrics with leaves [num_updates]."""
         return logged_scan.scan_updates(lambda r: update(r, None), runner, num_updates, updates_done=lambda r: r.update_step,
-                                 callback=callback, log_every=log_every,
-                                 rows_per_burst=logged_scan.burst_rows(config.batch_size, log_every))
+                                        callback=callback, log_every=log_every,
+                                        rows_per_burst=logged_scan.burst_rows(config.batch_size, log_every))
 
     def train(key: jax.Array) -> tuple[RunnerState, dict[str, jax.Array]]:
         return run(init(key), config.num_updates)
