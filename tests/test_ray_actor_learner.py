@@ -208,6 +208,16 @@ def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
     assert json.loads((run_dir / "summary.json").read_text()) == summary
 
 
+def test_a_death_is_counted_once_whatever_order_its_failures_arrive_in():
+    lives = actor_learner._Lives(num_actors=2)
+    assert lives.died(0, life=0)  # the rollout actor 0 was running failed: a death
+    # Its queued rollout fails too, here reported after the restarted actor was asked for more.
+    assert not lives.died(0, life=0)
+    assert lives.current == [1, 0]
+    assert lives.died(0, life=1)  # the restarted process dies: a second death
+    assert not lives.died(1, life=1) and lives.died(1, life=0)  # per actor
+
+
 def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
     def kill_actor_1(row, actors):
         if actors[1]["pid"]:

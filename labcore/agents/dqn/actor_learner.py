@@ -206,6 +206,27 @@ def run(
             ray.shutdown()
 
 
+class _Lives:
+    """Each actor's life (deaths seen so far), so that a death is counted once.
+
+    Every rollout is asked of one life of its actor. When the process dies, the rollout it was
+    running and the one queued behind it (which never ran) both fail, and Ray may report the second
+    failure after the restarted actor is already up and working: without lives, that failure reads
+    as a second death, a second lost rollout and a second restart wait.
+    """
+
+    def __init__(self, num_actors: int):
+        self.current = [0] * num_actors
+
+    def died(self, rank: int, life: int) -> bool:
+        """A rollout asked of actor ``rank`` in ``life`` failed. True where this is news of a death
+        (count its rollout lost, wait for the restart); False for a life already known dead."""
+        if life != self.current[rank]:
+            return False
+        self.current[rank] += 1
+        return True
+
+
 class _Counters(NamedTuple):
     """What a checkpoint keeps besides arrays (JSON metadata)."""
 
@@ -259,14 +280,15 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     per_call = envs_per_actor * rollout_steps
     params_ref = ray.put(jax.device_get(state.params))
     version = updates
-    in_flight: dict[Any, int] = {}  # rollout -> actor rank
+    lives = _Lives(num_actors)
+    in_flight: dict[Any, tuple[int, int]] = {}  # rollout -> (actor rank, its life when asked)
     restarting: dict[Any, int] = {}  # a `ready` call to an actor Ray is restarting -> its rank
 
     def ask(rank: int) -> None:
-        """Queue rollouts for ``rank`` up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
-        while sum(1 for r in in_flight.values() if r == rank) < ROLLOUTS_QUEUED_PER_ACTOR:
+        """Queue rollouts for ``rank``'s current life up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
+        while sum(1 for asked in in_flight.values() if asked == (rank, lives.current[rank])) < ROLLOUTS_QUEUED_PER_ACTOR:
             epsilon = float(dqn.linear_epsilon(received, config))
-            in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = rank
+            in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = (rank, lives.current[rank])
 
     def gone(rank: int, error: Exception) -> RuntimeError:
         return RuntimeError(f"actor {rank} died and Ray will not restart it (restarted {actors[rank]['restarts']} times, "
@@ -333,15 +355,16 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                     ask(rank)  # restarts are counted when its first rollout arrives (a new pid)
                     last_heard[rank], delivered[rank] = time.perf_counter(), False  # its deadline runs from its restart
                     continue
-                rank = in_flight.pop(ref)
+                rank, life = in_flight.pop(ref)
                 try:
                     out = ray.get(ref)
                 except ActorDiedError as error:
                     raise gone(rank, error) from error
                 except RayActorError:
                     # The actor's process died. The rollout it was running is lost; the one queued
-                    # behind it never ran (it fails too, uncounted). Ray is restarting the actor.
-                    if rank not in restarting.values():
+                    # behind it never ran (it fails too, uncounted, whenever its failure arrives).
+                    # Ray is restarting the actor.
+                    if lives.died(rank, life):
                         lost += per_call
                         restarting[handles[rank].ready.remote()] = rank
                     continue
