@@ -144,7 +144,7 @@ def test_learning_improves_on_a_two_node_cluster(two_node_run):
 def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(two_node_run):
     import ray
 
-    result, _, _, run_dir = two_node_run
+    result, seen, _, run_dir = two_node_run
     node_ids = {node["node_id"] for node in ray_cluster.nodes() if node["alive"]}
     assert len(node_ids) == 2
     by_node = result.summary["transitions_by_node"]
@@ -155,7 +155,9 @@ def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(t
     assert sum(by_node.values()) >= last["step"]  # rollouts keep arriving after the last row
     assert {f"transitions_node_{node[:12]}" for node in node_ids} <= set(last)
     assert sum(last[f"transitions_node_{node[:12]}"] for node in node_ids) == last["step"]
-    assert {actor["node_id"] for actor in result.summary["actors"]} == node_ids
+    assert {actor["node_id"] for actor in seen["actors"]} == node_ids  # placed one per node
+    # Ray restarts a killed actor wherever a CPU is free: at the end both may share a node.
+    assert {actor["node_id"] for actor in result.summary["actors"]} <= node_ids
     assert json.loads((run_dir / "summary.json").read_text()) == result.summary  # the result's summary is the file's
     assert ray.is_initialized()  # a run that joined a cluster leaves the connection to its caller
 
