@@ -81,7 +81,8 @@ NOTEBOOKS = REPO_ROOT / "notebooks"
 RECORDS = REPO_ROOT / "docs" / "results" / "lesson_times.json"
 START_HERE = REPO_ROOT / "docs" / "start-here.md"
 TABLE_START, TABLE_END = "<!-- lesson times: written by benchmarks/lesson_times.py -->", "<!-- end of lesson times -->"
-START_HERE_URL = "https://labcore-rl.github.io/labcore/start-here.html#how-long-each-lesson-takes"
+SITE_URL = "https://labcore-rl.github.io/labcore"
+START_HERE_URL = f"{SITE_URL}/start-here.html#how-long-each-lesson-takes"
 CELL_TIMEOUT_S = 7200
 WORDS_PER_MINUTE = 200  # reading speed for the prose estimate (technical prose, read once)
 # The devices a learner meets on Colab: a column each, "not measured" until a record fills it.
@@ -595,7 +596,8 @@ def time_paragraph(name: str, records: dict) -> str:
     missing = [header for key, header in EXPECTED if not any(key in label for label, _ in others)]
     if missing:
         parts.append(f"Not measured on a {' or a '.join(header.split(' (')[0] for header in missing)} yet.")
-    parts.append(f"Every measured time: [Start here]({START_HERE_URL}).")
+    parts.append(f"Every measured time: [Start here]({START_HERE_URL}). Read it with its outputs (the quick budgets' "
+                 f"run): [its page on the site]({SITE_URL}/lessons/{name}.html).")
     return " ".join(parts)
 
 

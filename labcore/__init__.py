@@ -25,11 +25,11 @@ QUICK_ENV_VAR = "LABCORE_QUICK"
 
 
 def is_quick() -> bool:
-    """True when ``LABCORE_QUICK=1``: CI's setting, which shrinks training budgets.
+    """True when ``LABCORE_QUICK=1``: the quick budgets, shorter training that still trains and checks.
 
     Only the exact value ``"1"`` turns quick mode on; any other value, or the
     variable being unset, means the full budget. A typo such as ``LABCORE_QUICK=yes``
-    raises instead of silently running a full-size training in CI.
+    raises instead of silently running a full-size training where a quick one was asked for.
     """
     value = os.environ.get(QUICK_ENV_VAR, "")
     if value in ("", "0"):
@@ -42,8 +42,8 @@ def is_quick() -> bool:
 def budget(full: T, quick: T) -> T:
     """Pick a training budget: ``quick`` under ``LABCORE_QUICK=1``, else ``full``.
 
-    Every notebook sizes its training with this, so that CI runs the same cells
-    on a small budget and a reader gets the real one::
+    Every notebook sizes its training with this, so that a quick run executes the
+    same cells on a small budget and a reader gets the real one::
 
         total_steps = labcore.budget(full=200_000, quick=5_000)
     """

@@ -6,6 +6,7 @@ glossary term a page or notebook uses exists. The built site itself is checked i
 from __future__ import annotations
 
 import contextlib
+import json
 import importlib
 import os
 import pathlib
@@ -23,6 +24,7 @@ executed = importlib.import_module("executed")
 lessons = importlib.import_module("lessons")
 lesson_api = importlib.import_module("lesson_api")
 site_facts = importlib.import_module("site_facts")
+prose = importlib.import_module("prose")
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 DOCS = REPO_ROOT / "docs"
@@ -83,6 +85,53 @@ def test_every_notebook_cites_something_and_links_the_glossary():
         text = "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown")
         assert CITE.search(text), f"{path.name} cites nothing"
         assert TERM.search(text), f"{path.name} links no glossary term"
+
+
+def test_no_lesson_page_or_docstring_speaks_of_how_the_course_is_made():
+    assert prose.problems() == []
+
+
+@pytest.mark.parametrize("planted", [
+    "smaller budgets in CI (where LABCORE_QUICK=1)",
+    "on the 2-core x86 machine that runs this course's tests",
+    "63x less wall time (goal: 10x)",
+    "Our two speed goals are not met",
+    "Against the goals",
+    "the people who built labcore measured",
+])
+def test_the_how_made_check_finds_a_planted_phrase_in_a_lesson_or_a_page(tmp_path, planted):
+    for folder in ("notebooks", "docs/guide", "labcore"):
+        (tmp_path / folder).mkdir(parents=True)
+    assert prose.problems(tmp_path) == []
+    lesson = {"cells": [{"cell_type": "markdown", "source": ["# 99 · A lesson\n", "\n", f"Measured {planted}.\n"]}]}
+    (tmp_path / "notebooks" / "99_a_lesson.ipynb").write_text(json.dumps(lesson))
+    assert len(prose.problems(tmp_path)) == 1 and "notebooks/99_a_lesson.ipynb" in prose.problems(tmp_path)[0]
+    (tmp_path / "docs" / "guide" / "development.md").write_text(f"# Development\n\n{planted}\n")  # its own subject
+    assert len(prose.problems(tmp_path)) == 1
+    (tmp_path / "docs" / "guide" / "runs.md").write_text(f"# Runs\n\n{planted}\n")
+    assert len(prose.problems(tmp_path)) == 2
+
+
+def test_the_how_made_check_spares_look_alikes():
+    assert prose.how_made("CIFAR-10, a CIs lookup, the goal-conditioned agent reaches the goal state; CPU and TPU") == []
+
+
+def test_every_algorithm_lesson_sets_its_key_equations_beside_its_pseudocode():
+    algorithm_lessons = 0
+    for path in NOTEBOOKS:
+        cells = nbformat.read(path, as_version=4).cells
+        at = [index for index, cell in enumerate(cells) if cell.cell_type == "markdown" and "**Algorithm:" in cell.source]
+        if not at:
+            continue
+        algorithm_lessons += 1
+        equations = cells[at[0] + 1]
+        assert equations.cell_type == "markdown" and equations.source.startswith("**Key equations.**"), path.name
+        displays = equations.source.split("$$")
+        assert len(displays) >= 3 and len(displays) % 2 == 1, f"{path.name}: unbalanced $$"
+        inline = "".join(displays[0::2])  # the text between the displayed formulas
+        assert inline.count("$") % 2 == 0, f"{path.name}: unbalanced $"
+        assert "`" in inline, f"{path.name}: the symbols are not tied to the code's names"
+    assert algorithm_lessons == 8
 
 
 def test_the_code_hash_follows_code_cells_only():

@@ -78,6 +78,12 @@ def test_reading_time_does_not_count_fenced_code():
     assert f"({words:,} words of prose)" in times.time_paragraph(name, {})
 
 
+def test_the_time_paragraph_links_the_lessons_rendered_page_on_the_site():
+    for name in times.lesson_names():
+        link = f"[its page on the site](https://labcore-rl.github.io/labcore/lessons/{name}.html)"
+        assert link in times.time_paragraph(name, {})
+
+
 def test_every_recorded_notebook_exists():
     names = set(times.lesson_names())
     for label, record in times.load_records().items():

@@ -58,10 +58,24 @@ return {
   unlinkedTerms: Array.from(document.querySelectorAll('.xref.std-term')).filter(el => !el.closest('a')).map(el => el.textContent),
   unresolvedCitations: Array.from(document.querySelectorAll('a, span')).filter(el => /^\\[?\\?\\]?$/.test(el.textContent.trim()) && el.className.includes('cite')).length,
   rawRoles: rawRoles,
+  formulas: document.querySelectorAll('div.math, span.math').length,
+  formulasRendered: document.querySelectorAll('div.math mjx-container, span.math mjx-container').length,
+  formulaErrors: Array.from(document.querySelectorAll('mjx-merror, [data-mjx-error]'))
+                      .map(el => el.getAttribute('data-mjx-error') || el.textContent.slice(0, 80)),
   title: document.title,
 };
 """
 
+
+# MathJax typesets after the page has loaded: wait for it (at most the script timeout) where it runs.
+MATHJAX_DONE = """
+const done = arguments[arguments.length - 1];
+if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+  MathJax.startup.promise.then(() => done('typeset'), error => done('failed: ' + error));
+} else {
+  done(document.querySelector('div.math, span.math') ? 'MathJax did not load' : 'no formula');
+}
+"""
 
 SCROLL_TO_FIRST_FIGURE = """
 const figure = document.querySelector('div.cell_output img');
@@ -107,6 +121,7 @@ def browser():
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=_first_existing(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
     yield driver
     driver.quit()
 
@@ -120,6 +135,7 @@ def visited(server, browser):
     for page in PAGES:
         browser.get(server + page)
         WebDriverWait(browser, 30).until(lambda driver: driver.execute_script("return document.readyState") == "complete")
+        mathjax = browser.execute_async_script(MATHJAX_DONE)
         if page in ("index.html", SCREENSHOT_LESSON):
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             name = page.replace("/", "_").removesuffix(".html")
@@ -127,6 +143,7 @@ def visited(server, browser):
             if browser.execute_script(SCROLL_TO_FIRST_FIGURE):
                 browser.save_screenshot(str(SCREENSHOTS / f"{name}_figure.png"))
         page_facts = browser.execute_script(PAGE_FACTS)
+        page_facts["mathjax"] = mathjax
         page_facts["console"] = [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         facts[page] = page_facts
     return {"server": server, "pages": facts}
@@ -160,6 +177,12 @@ def test_page(visited, page):
     problems += [f"unresolved reference: {text!r}" for text in facts["problematic"]]
     problems += [f"glossary term without its entry: {text!r}" for text in facts["unlinkedTerms"]]
     problems += [f"role left as text: {text!r}" for text in facts["rawRoles"]]
+    if facts["formulas"]:
+        if facts["mathjax"] != "typeset":
+            problems.append(f"formulas not typeset: {facts['mathjax']}")
+        elif facts["formulasRendered"] < facts["formulas"]:
+            problems.append(f"{facts['formulas'] - facts['formulasRendered']} of {facts['formulas']} formulas not rendered")
+    problems += [f"formula error: {text!r}" for text in facts["formulaErrors"]]
     if facts["unresolvedCitations"]:
         problems.append(f"{facts['unresolvedCitations']} unresolved citations")
     assert problems == [], f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
@@ -179,6 +202,22 @@ def test_lesson_shows_every_figure_its_notebook_drew(visited, page):
     shown = visited["pages"][page]["outputImages"]
     assert not (draws and drawn == 0), f"{page}: the notebook draws, but its run recorded no figure"
     assert shown == drawn, f"{page}: shows {shown} figures, its notebook drew {drawn}"
+
+
+ALGORITHM_LESSONS = [page for page in LESSON_PAGES
+                     if "**Algorithm:" in (DOCS.parent / "notebooks" / page[8:]).with_suffix(".ipynb").read_text()]
+
+
+@pytest.mark.parametrize("page", ALGORITHM_LESSONS)
+def test_an_algorithm_lesson_shows_its_key_equations_typeset(visited, page):
+    facts = visited["pages"][page]
+    assert facts["mathjax"] == "typeset" and facts["formulasRendered"] >= 3, (page, facts["mathjax"], facts["formulasRendered"])
+    assert facts["formulaErrors"] == []
+
+
+@pytest.mark.parametrize("page", LESSON_PAGES)
+def test_a_lesson_links_its_own_page_on_the_site(visited, page):
+    assert f"https://labcore-rl.github.io/labcore/{page}" in visited["pages"][page]["links"], page
 
 
 def test_every_lesson_has_a_page():
