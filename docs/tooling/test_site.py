@@ -60,6 +60,7 @@ return {
   rawRoles: rawRoles,
   formulas: document.querySelectorAll('div.math, span.math').length,
   formulasRendered: document.querySelectorAll('div.math mjx-container, span.math mjx-container').length,
+  formulasTooWide: Array.from(document.querySelectorAll('div.math')).filter(el => el.scrollWidth > el.clientWidth + 1).length,
   formulaErrors: Array.from(document.querySelectorAll('mjx-merror, [data-mjx-error]'))
                       .map(el => el.getAttribute('data-mjx-error') || el.textContent.slice(0, 80)),
   title: document.title,
@@ -213,6 +214,7 @@ def test_an_algorithm_lesson_shows_its_key_equations_typeset(visited, page):
     facts = visited["pages"][page]
     assert facts["mathjax"] == "typeset" and facts["formulasRendered"] >= 3, (page, facts["mathjax"], facts["formulasRendered"])
     assert facts["formulaErrors"] == []
+    assert facts["formulasTooWide"] == 0, f"{page}: {facts['formulasTooWide']} displayed formulas wider than the text column"
 
 
 @pytest.mark.parametrize("page", LESSON_PAGES)
