@@ -96,9 +96,9 @@ def two_node_run(cluster, tmp_path_factory):
     def look_then_kill(row, actors):
         # The learner is held 2 s at a row while an actor has not delivered yet (bounded by the run's
         # own deadline for a silent actor) and, after the kill, until actor 0's restarted process
-        # delivers, for at most three times as long as both actors took to deliver (and at least 60 s:
+        # delivers, for at most three times as long as both actors took to deliver (and at least 180 s:
         # a first start was once 5 s and the restart, which also waits for Ray to notice the death,
-        # longer than three times that): a start or a
+        # longer than three times that; on a loaded machine, longer than 60 s): a start or a
         # restart is a new process that imports JAX and compiles (6 to 15 s measured, more with the
         # compilation cache off, as under the unit tests; minutes on a loaded machine), and this
         # short run must not end first. Held 0.5 s a row before the kill, a fresh clone's run once
@@ -117,13 +117,13 @@ def two_node_run(cluster, tmp_path_factory):
         if "back_after" not in seen and actors[0]["pid"] != seen["killed"]:
             seen["back_after"] = now - seen["killed_at"]  # the restarted actor delivered
             seen["niceness_restarted"] = os.getpriority(os.PRIO_PROCESS, actors[0]["pid"])
-        if "back_after" not in seen and now - seen["killed_at"] < max(60.0, 3 * seen["start_s"]):
+        if "back_after" not in seen and now - seen["killed_at"] < max(180.0, 3 * seen["start_s"]):
             time.sleep(2.0)
 
     run_dir = tmp_path_factory.mktemp("two-node")
     started = time.monotonic()
     result = actor_learner.run(config(train_frequency=4), num_actors=2, log_every=125, address=cluster, run_dir=run_dir,
-                               on_log=look_then_kill, timeout_s=240, stall_timeout_s=60)
+                               on_log=look_then_kill, timeout_s=360, stall_timeout_s=60)
     return result, seen, time.monotonic() - started, run_dir
 
 
@@ -140,7 +140,7 @@ def test_learning_improves_on_a_two_node_cluster(two_node_run):
     assert summary["eval_return_mean"] == pytest.approx(np.mean(summary["eval_returns"]))
     assert summary["actor_steps_per_second"] > 0 and summary["learner_updates_per_second"] > 0
     assert summary["mean_staleness"] > 0  # actors always act with parameters some updates old
-    assert seconds < 240
+    assert seconds < 360
 
 
 def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(two_node_run):
