@@ -6,8 +6,8 @@ glossary term a page or notebook uses exists. The built site itself is checked i
 from __future__ import annotations
 
 import contextlib
-import json
 import importlib
+import json
 import os
 import pathlib
 import re
