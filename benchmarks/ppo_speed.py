@@ -13,6 +13,8 @@ Each row is one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole
     python benchmarks/ppo_speed.py                              # pairs at 4 and 64 envs, 500k steps each
     python benchmarks/ppo_speed.py --envs 4 64 2048 --rounds 5  # a GPU: PureJaxRL's large batch too
     python benchmarks/ppo_speed.py --timesteps 100000 --vault-timesteps 0 --seeds   # pairs only
+    python benchmarks/ppo_speed.py --envs 4 64 --timesteps 262144 --features --vault-timesteps 0 --seeds
+                                                                # what each feature costs alone
 
 A pair runs ``max(--timesteps, --min-updates updates)`` steps, so a large batch still runs enough
 updates to time. Writes benchmarks/results/ppo_speed.json and prints a markdown table.
@@ -74,28 +76,40 @@ def row(name: str, run: dict, seconds: list[float], metrics: dict, seeds: int | 
     }
 
 
-def side_by_side(envs: int, timesteps: int, rounds: int) -> list[dict]:
-    """The stripped and the default PPO at ``envs`` x 128, compiled, then run alternately ``rounds`` times."""
-    default = ppo.PPOConfig.cartpole(num_envs=envs, total_steps=timesteps)
-    stripped = ppo.PPOConfig.cartpole(num_envs=envs, total_steps=timesteps, mask_actions=False,
-                                      bootstrap_truncation=False)
-    runs = {"stripped": compiled_run(stripped, metrics_callback=False), "default": compiled_run(default)}
-    seconds = {"stripped": [], "default": []}
+# The runs of a side-by-side comparison: (name, config overrides, metrics callback). The stripped run
+# comes first: the others' "x stripped" is the median of the rounds' ratios to it.
+STRIPPED = ("stripped to PureJaxRL's computation", dict(mask_actions=False, bootstrap_truncation=False), False)
+DEFAULT = ("default (mask, truncation bootstrap, metrics)", {}, True)
+EACH_FEATURE = (
+    ("stripped, plus the action mask", dict(mask_actions=True, bootstrap_truncation=False), False),
+    ("stripped, plus the truncation bootstrap", dict(mask_actions=False, bootstrap_truncation=True), False),
+    ("stripped, plus the metrics callback", dict(mask_actions=False, bootstrap_truncation=False), True),
+)
+
+
+def side_by_side(envs: int, timesteps: int, rounds: int, features: bool = False) -> list[dict]:
+    """The stripped and the default PPO at ``envs`` x 128 (with ``features``, also each feature alone on
+    top of the stripped run), compiled, then run alternately ``rounds`` times."""
+    variants = [STRIPPED, *(EACH_FEATURE if features else ()), DEFAULT]
+    runs = {name: compiled_run(ppo.PPOConfig.cartpole(num_envs=envs, total_steps=timesteps, **overrides),
+                               metrics_callback=callback)
+            for name, overrides, callback in variants}
+    seconds = {name: [] for name in runs}
     metrics = {}
     for _ in range(rounds):
         for name, run in runs.items():
             wall, metrics[name] = timed(run)
             seconds[name].append(wall)
-    ratios = [s / d for s, d in zip(seconds["stripped"], seconds["default"])]
     label = f"CartPole {envs}x128"
-    base = row(f"{label}, stripped to PureJaxRL's computation", runs["stripped"], seconds["stripped"],
-               metrics["stripped"])
-    full = row(f"{label}, default (mask, truncation bootstrap, metrics)", runs["default"], seconds["default"],
-               metrics["default"])
-    base["x stripped"], full["x stripped"] = 1.0, statistics.median(ratios)
-    full["x stripped, range"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
-    print(f"{label}: stripped {seconds['stripped']}, default {seconds['default']}, ratios {ratios}", flush=True)
-    return [base, full]
+    rows = []
+    for name in runs:
+        ratios = [s / d for s, d in zip(seconds[STRIPPED[0]], seconds[name])]
+        rows.append(row(f"{label}, {name}", runs[name], seconds[name], metrics[name]))
+        rows[-1]["x stripped"] = statistics.median(ratios)
+        if name != STRIPPED[0]:
+            rows[-1]["x stripped, range"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
+        print(f"{label}, {name}: seconds {seconds[name]}, ratios {ratios}", flush=True)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating timed runs of each pair")
     parser.add_argument("--vault-timesteps", type=int, default=2_097_152, help="steps of the Vault run (0: none)")
     parser.add_argument("--seeds", type=int, nargs="*", default=[1, 8, 64], help="seed counts of the vmapped runs")
+    parser.add_argument("--features", action="store_true",
+                        help="also each feature alone (mask, bootstrap, metrics) on top of the stripped run, in the same rounds")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if args.rounds < 1:
@@ -113,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = []
     for envs in args.envs:
-        rows += side_by_side(envs, max(args.timesteps, args.min_updates * envs * 128), args.rounds)
+        rows += side_by_side(envs, max(args.timesteps, args.min_updates * envs * 128), args.rounds, args.features)
     singles = []
     if args.vault_timesteps:
         singles.append(("Vault 256x128 (the default PPOConfig)", ppo.PPOConfig(total_steps=args.vault_timesteps), None))
@@ -131,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         columns=["run", "compile (s)", "run (s)", "steps/s", "x stripped", "x stripped, range", "wall per seed (s)",
                  "final return", "invalid rate"],
         extra={"envs": args.envs, "timesteps": args.timesteps, "min_updates": args.min_updates,
-               "rounds": args.rounds, "vault_timesteps": args.vault_timesteps, "seeds": args.seeds},
+               "rounds": args.rounds, "features": args.features, "vault_timesteps": args.vault_timesteps, "seeds": args.seeds},
     )
 
 
