@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +40,10 @@ from typing import Any
 # and bind 127.0.0.1 instead of the machine's address. Set in ``_loopback_only`` around starts.
 _LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 START_TIMEOUT_S = 120.0
+# Ray waits a fixed 30 s for a new node's raylet to register with the GCS, then raises an error
+# that says so (ray._private.node). A loaded machine can be slower: labcore starts the node again,
+# within the same time limit.
+_RAYLET_LATE = "timed out during startup"
 OBJECT_STORE_BYTES = 512 * 2**20  # enough for parameters and rollouts here; Ray's default takes 30% of RAM
 
 
@@ -90,6 +95,61 @@ def _bounded(what: str, timeout_s: float, start) -> Any:
         signal.signal(signal.SIGALRM, previous)
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (Linux's /proc; an empty set where there is none)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rpartition(")")[2].split()[1])  # after the command's name
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _started(what: str, timeout_s: float, start, clean_up=lambda: None) -> Any:
+    """``start()`` (which starts a Ray node) within ``timeout_s`` seconds, started again when Ray's
+    own 30-s wait for the node's raylet runs out while time is left, with a line that says so.
+
+    A start that fails leaves no process behind: ``clean_up()`` stops what Ray knows it started, and
+    whatever process this one gained during the attempt (the half-started node's GCS, raylet and
+    workers, which Ray has no handle on after its node failed to construct) is killed.
+    """
+    deadline = time.monotonic() + timeout_s
+    attempt = 1
+    while True:
+        before = _descendants(os.getpid())
+        try:
+            return _bounded(what, max(deadline - time.monotonic(), 1.0), start)
+        except BaseException as error:
+            clean_up()
+            _kill(_descendants(os.getpid()) - before)
+            if _RAYLET_LATE not in str(error):
+                raise
+            if deadline - time.monotonic() < 1.0:
+                raise TimeoutError(f"{what}: a Ray node's raylet did not register within {timeout_s:.0f} s (tries: "
+                                   f"{attempt}; Ray's logs: /tmp/ray/session_latest/logs)") from error
+            print(f"labcore: {what}: a raylet did not register within Ray's 30 s (try {attempt}; a loaded machine?): "
+                  "starting it again", file=sys.stderr, flush=True)
+            attempt += 1
+
+
 def _check_reachable(address: str, timeout_s: float) -> None:
     """ConnectionError naming ``address`` when nothing listens there (Ray itself would retry for a minute)."""
     host, _, port = address.rpartition(":")
@@ -133,8 +193,9 @@ def init(address: str | None = None, *, num_cpus: int | None = None, object_stor
 def _start_or_join(ray, address, num_cpus, object_store_bytes, timeout_s, options) -> bool:
     if address is None:
         with _loopback_only():
-            _bounded("starting Ray", timeout_s, lambda: ray.init(
-                address="local", num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False, **options))
+            _started("starting Ray", timeout_s, lambda: ray.init(
+                address="local", num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False, **options),
+                clean_up=ray.shutdown)
         started = True
     else:
         if address != "auto":
@@ -168,7 +229,8 @@ def local_cluster(num_nodes: int = 2, *, cpus_per_node: int = 2, object_store_by
 
     Each node is a separate raylet with its own object store and worker processes, as on separate
     machines (Ray's ``cluster_utils``, which Ray's own multi-node tests use). Every process is
-    stopped on the way out.
+    stopped on the way out. A node whose raylet registers later than Ray's fixed 30 s (a loaded
+    machine) is started again, with a line on stderr, while ``timeout_s`` lasts.
     """
     from ray.cluster_utils import Cluster
 
@@ -179,10 +241,10 @@ def local_cluster(num_nodes: int = 2, *, cpus_per_node: int = 2, object_store_by
     cluster = None
     try:
         with _loopback_only():
-            cluster = _bounded("starting a local Ray cluster", timeout_s, lambda: Cluster(
+            cluster = _started("starting a local Ray cluster", timeout_s, lambda: Cluster(
                 initialize_head=True, head_node_args={**node, "include_dashboard": False}, shutdown_at_exit=True))
             for _ in range(num_nodes - 1):
-                _bounded("adding a Ray node", timeout_s, lambda: cluster.add_node(**node))
+                _started("adding a Ray node", timeout_s, lambda: cluster.add_node(**node))
         cluster.wait_for_nodes(timeout=timeout_s)
         yield cluster.address
     finally:

@@ -117,18 +117,23 @@ def two_node_run(cluster, tmp_path_factory):
         if "back_after" not in seen and actors[0]["pid"] != seen["killed"]:
             seen["back_after"] = now - seen["killed_at"]  # the restarted actor delivered
             seen["niceness_restarted"] = os.getpriority(os.PRIO_PROCESS, actors[0]["pid"])
-        if "back_after" not in seen and now - seen["killed_at"] < max(180.0, 3 * seen["start_s"]):
-            time.sleep(2.0)
+        # This runs only at a metrics row: the hold is spread over the rows still to come (held 2 s a
+        # row, a run on a loaded machine ran out of rows before actor 0 was back).
+        hold_left = max(180.0, 3 * seen["start_s"]) - (now - seen["killed_at"])
+        rows_to_come = (updates - row["updates"]) // 125
+        if "back_after" not in seen and hold_left > 0 and rows_to_come > 0:
+            time.sleep(min(hold_left, max(2.0, hold_left / rows_to_come)))
 
     run_dir = tmp_path_factory.mktemp("two-node")
-    started = time.monotonic()
-    result = actor_learner.run(config(train_frequency=4), num_actors=2, log_every=125, address=cluster, run_dir=run_dir,
-                               on_log=look_then_kill, timeout_s=360, stall_timeout_s=60)
-    return result, seen, time.monotonic() - started, run_dir
+    run_config = config(train_frequency=4)
+    updates = (run_config.total_steps - run_config.learning_starts) // run_config.train_frequency
+    result = actor_learner.run(run_config, num_actors=2, log_every=125, address=cluster, run_dir=run_dir,
+                               on_log=look_then_kill, timeout_s=900, stall_timeout_s=60)
+    return result, seen, run_dir
 
 
 def test_learning_improves_on_a_two_node_cluster(two_node_run):
-    result, _, seconds, _ = two_node_run
+    result, _, _ = two_node_run
     # The actors' own returns (mean of their last 20 episodes): random play is about 22; the last
     # rows reached 68-160 in measured runs. Asynchronous: no two runs are the same, so the check
     # is on the curve's end, not on one evaluation of the final parameters.
@@ -140,13 +145,12 @@ def test_learning_improves_on_a_two_node_cluster(two_node_run):
     assert summary["eval_return_mean"] == pytest.approx(np.mean(summary["eval_returns"]))
     assert summary["actor_steps_per_second"] > 0 and summary["learner_updates_per_second"] > 0
     assert summary["mean_staleness"] > 0  # actors always act with parameters some updates old
-    assert seconds < 360
 
 
 def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(two_node_run):
     import ray
 
-    result, seen, _, run_dir = two_node_run
+    result, seen, run_dir = two_node_run
     node_ids = {node["node_id"] for node in ray_cluster.nodes() if node["alive"]}
     assert len(node_ids) == 2
     by_node = result.summary["transitions_by_node"]
@@ -167,7 +171,7 @@ def test_actors_on_both_nodes_contribute_and_their_node_ids_are_in_the_metrics(t
 def test_the_actors_run_jax_on_the_platform_they_were_given(two_node_run, cluster):
     import ray
 
-    result, _, _, _ = two_node_run
+    result, _, _ = two_node_run
     assert all(actor["transitions"] > 0 for actor in result.summary["actors"])  # they acted (a TPU platform would have failed)
 
     @ray.remote(num_cpus=0)
@@ -178,7 +182,7 @@ def test_the_actors_run_jax_on_the_platform_they_were_given(two_node_run, cluste
 
 
 def test_nothing_labcore_starts_listens_beyond_loopback(two_node_run):
-    _, seen, _, _ = two_node_run
+    _, seen, _ = two_node_run
     listening = seen["listening"]
     pids = {pid for pid, _, _ in listening}
     # The GCS, both raylets (node manager, object manager), the workers: a dozen or more servers.
@@ -191,14 +195,14 @@ def test_nothing_labcore_starts_listens_beyond_loopback(two_node_run):
 def test_the_actors_run_at_the_learners_priority(two_node_run):
     # Ray's workers default to niceness 15: actors at 15 starved behind any busy process (a start
     # or restart of 9 s took over 120 s while a docs build ran beside them).
-    _, seen, _, _ = two_node_run
+    _, seen, _ = two_node_run
     learner = os.getpriority(os.PRIO_PROCESS, 0)
     assert seen["niceness"] == [learner, learner]
     assert seen["niceness_restarted"] == learner  # the process Ray started again, too
 
 
 def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
-    result, seen, _, run_dir = two_node_run
+    result, seen, run_dir = two_node_run
     summary, actors = result.summary, result.summary["actors"]
     assert summary["actor_restarts"] == 1 and actors[0]["restarts"] == 1, actors
     assert "back_after" in seen, seen  # it delivered again (12.5 s after the kill when measured)
