@@ -25,6 +25,7 @@ lessons = importlib.import_module("lessons")
 lesson_api = importlib.import_module("lesson_api")
 site_facts = importlib.import_module("site_facts")
 prose = importlib.import_module("prose")
+prose_numbers = importlib.import_module("prose_numbers")
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 DOCS = REPO_ROOT / "docs"
@@ -110,6 +111,52 @@ def test_the_how_made_check_finds_a_planted_phrase_in_a_lesson_or_a_page(tmp_pat
     assert len(prose.problems(tmp_path)) == 1
     (tmp_path / "docs" / "guide" / "runs.md").write_text(f"# Runs\n\n{planted}\n")
     assert len(prose.problems(tmp_path)) == 2
+
+
+def test_every_number_in_the_lessons_prose_is_backed_and_every_results_table_says_where_it_came_from():
+    assert prose_numbers.problems() == []
+
+
+def _lesson(*markdown: str, code: str = "config = Config(total_steps=40_000, learning_rate=2.5e-4)") -> dict:
+    first = "# 99 · A lesson\n\n**Time**: about 9 min of reading (1,762 words of prose), plus the runs: 54 s."
+    cells = [{"cell_type": "markdown", "source": [first]}, {"cell_type": "code", "source": [code]}]
+    return {"cells": cells + [{"cell_type": "markdown", "source": [text]} for text in markdown]}
+
+
+@pytest.mark.parametrize("sentence, number", [
+    ("The final evaluation at the full budget scores 98.5.", "98.5"),
+    ("On a GPU the run is about 3x faster.", "3x"),
+    ("It reached 1.69M steps per second on one machine.", "1.69M"),
+    ("A random policy keeps the pole up for about 22 steps.", "22"),
+    ("Section 3 shows it; the update takes 35 ms there.", "35 ms"),
+])
+def test_the_number_check_finds_a_planted_unsourced_number(sentence, number):
+    assert prose_numbers.lesson_numbers(_lesson("Some prose.", sentence), "99_a_lesson") == [(number, sentence)]
+
+
+@pytest.mark.parametrize("sentence", [
+    "The final evaluation scores 98.5 {cite:p}`mnih2015human`.",  # cited
+    "The run scores 98.5 ([DQN results](../results/dqn.md)).",  # linked to the page that records it
+    "The cell below prints the score, about 98.5 here.",  # printed by a cell
+    "It trains for 40k steps at a learning rate of 2.5e-4, then 40,000 more.",  # the lesson's own settings
+    "Section 3.2 and lesson 03 measure it; lines 10-16 are the update; exercise 2 asks for 3 of them.",
+    "On an NVIDIA H100 80GB, with JAX 0.10.2, a 10x10 grid and 4 x 128 steps, `x = 1234`, $e^{88.7}$.",
+])
+def test_the_number_check_spares_what_is_backed_or_no_measurement(sentence):
+    assert prose_numbers.lesson_numbers(_lesson(sentence), "99_a_lesson") == []
+
+
+def test_a_fact_is_spared_only_in_the_lesson_that_lists_it():
+    sentence = "exp overflows float32 above about 88.7."
+    assert prose_numbers.lesson_numbers(_lesson(sentence), "00_jax_primitives") == []
+    assert prose_numbers.lesson_numbers(_lesson(sentence), "99_a_lesson") == [("88.7", sentence)]
+
+
+def test_a_results_table_must_say_what_produced_it_and_when():
+    table = "| run | steps/s |\n|---|---|\n| CartPole | 128,000 |\n"
+    assert prose_numbers.unrecorded_tables(f"# PPO\n\n## Speed\n\nMeasured:\n\n{table}") == ["## Speed"]
+    assert prose_numbers.unrecorded_tables(f"## Speed\n\n`python benchmarks/ppo_speed.py`, 2026-11-28:\n\n{table}") == []
+    assert prose_numbers.unrecorded_tables(f"## Speed\n\n```bash\n# a comment\npython x.py\n```\n\n{table}") == ["## Speed"]
 
 
 def test_the_how_made_check_spares_look_alikes():
