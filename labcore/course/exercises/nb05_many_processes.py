@@ -1,5 +1,5 @@
 """Notebook 05 (many processes): the bookkeeping of a multi-process run: per-device keys, the rows each
-process feeds, and a gradient mean over unequal shards.
+process feeds, a gradient mean over unequal shards, and the actor-learner's learner (its core exercise).
 """
 
 from __future__ import annotations
@@ -128,6 +128,95 @@ def weighted_gradient_mean_not_normalised(shard_means, counts):
 
 
 
+# ----------------------------------------------------------------------------------------------
+# The actor-learner's learner: updates owed, parameter versions, staleness (core)
+
+
+def _learner_inputs(rng: np.random.Generator) -> tuple:
+    num_actors = int(rng.integers(2, 5))
+    rollout = int(rng.choice([8, 12, 16, 32]))
+    arrivals = rng.integers(0, num_actors, int(rng.integers(20, 60))).tolist()  # which actor's rollout came back
+    learning_starts = int(rng.integers(0, 6)) * rollout + int(rng.integers(0, rollout))
+    train_frequency = int(rng.choice([1, 2, 4, 8]))
+    total_updates = int(rng.integers(10, 200))
+    return arrivals, num_actors, rollout, learning_starts, train_frequency, int(rng.integers(1, 12)), total_updates
+
+
+def _learner_reference(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
+                       total_updates, *, per_rollout=False, warm_up=True, credit_all=False, staleness_from_broadcast=False,
+                       send_current=False, capped=True):
+    # labcore.agents.dqn.actor_learner._train's bookkeeping, with one thing changed for each mistake below.
+    received, updates, credit, broadcast = 0, 0, 0.0, 0
+    asked = [[0, 0] for _ in range(num_actors)]  # each actor's two queued requests: the versions they carry
+    out = {"updates": [], "staleness": [], "version_sent": []}
+    for rank in arrivals:
+        version = asked[rank].pop(0)  # the parameters this rollout acted with
+        received += rollout
+        if received > learning_starts or not warm_up:
+            out["staleness"].append((broadcast if staleness_from_broadcast else updates) - version)
+            new = rollout if (credit_all or not warm_up) else min(rollout, received - learning_starts)
+            credit += 1.0 if per_rollout else new / train_frequency
+        else:
+            out["staleness"].append(-1)
+        while credit >= 1 and (updates < total_updates or not capped):
+            updates += 1
+            credit -= 1
+            if updates % broadcast_every == 0:
+                broadcast = updates
+        sent = updates if send_current else broadcast
+        asked[rank].append(sent)
+        out["updates"].append(updates)
+        out["version_sent"].append(sent)
+    return {name: np.asarray(values, np.int64) for name, values in out.items()}
+
+
+def learner_schedule_solution(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
+                              total_updates):
+    queues = {rank: [0, 0] for rank in range(num_actors)}  # two requests in flight per actor, version 0 at first
+    received = updates = newest = 0
+    owed = 0.0  # updates owed for transitions received past the warm-up
+    rows = []
+    for rank in arrivals:
+        acted_with = queues[rank].pop(0)
+        received += rollout
+        staleness = -1
+        if received > learning_starts:
+            staleness = updates - acted_with  # how many updates the learner is ahead of the data
+            owed += min(rollout, received - learning_starts) / train_frequency
+        while owed >= 1 and updates < total_updates:
+            updates, owed = updates + 1, owed - 1
+            if updates % broadcast_every == 0:
+                newest = updates  # a copy of these parameters goes to the object store
+        queues[rank].append(newest)  # the next request carries the newest copy
+        rows.append((updates, staleness, newest))
+    updates_after, staleness_of, sent = (np.array(column, np.int64) for column in zip(*rows))
+    return {"updates": updates_after, "staleness": staleness_of, "version_sent": sent}
+
+
+def learner_one_update_per_rollout(*args):
+    return _learner_reference(*args, per_rollout=True)
+
+
+def learner_no_warm_up(*args):
+    return _learner_reference(*args, warm_up=False)
+
+
+def learner_warm_up_credited(*args):
+    return _learner_reference(*args, credit_all=True)
+
+
+def learner_staleness_from_broadcast(*args):
+    return _learner_reference(*args, staleness_from_broadcast=True)
+
+
+def learner_sends_unbroadcast_version(*args):
+    return _learner_reference(*args, send_current=True)
+
+
+def learner_uncapped(*args):
+    return _learner_reference(*args, capped=False)
+
+
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
 
@@ -190,5 +279,38 @@ def catalogue() -> list[Exercise]:
                 ("weighted by the counts but not divided by their total: a sum, not a mean",
                  weighted_gradient_mean_not_normalised),
             ),
+        ),
+        Exercise(
+            name="learner_schedule",
+            description="The actor-learner's learner, its bookkeeping: (arrivals, num_actors, rollout, learning_starts, "
+            "train_frequency, broadcast_every, total_updates) -> {'updates', 'staleness', 'version_sent'}, each an "
+            "int array with one entry per arrival.\n"
+            "arrivals lists which actor's rollout came back, in order; each rollout is `rollout` transitions. Every "
+            "actor starts with two requests queued, both carrying parameter version 0, and each arrival answers that "
+            "actor's OLDEST request (the version it acted with). Per arrival: received += rollout; once received > "
+            "learning_starts, the staleness is updates - that version (else -1) and the learner is owed min(rollout, "
+            "received - learning_starts) / train_frequency more updates (the warm-up's transitions earn none). Make "
+            "the owed whole updates, never past total_updates; whenever updates is a multiple of broadcast_every, "
+            "that version becomes the newest copy in the object store. Then queue a new request for that actor "
+            "carrying the newest copy's version (not the learner's own count: those parameters were never sent). "
+            "Record updates (after), the staleness and the version sent.",
+            reference=_learner_reference,
+            make_inputs=_learner_inputs,
+            rtol=0.0,
+            atol=0.0,
+            solution=learner_schedule_solution,
+            mistakes=(
+                ("one update per rollout, not one per train_frequency transitions", learner_one_update_per_rollout),
+                ("no warm-up: updates (and staleness) from the first rollout, before learning_starts transitions",
+                 learner_no_warm_up),
+                ("the rollout that ends the warm-up earns updates for all its transitions, the warm-up's too",
+                 learner_warm_up_credited),
+                ("staleness measured from the newest broadcast copy, not from the learner's update count",
+                 learner_staleness_from_broadcast),
+                ("the request carries the learner's current count: parameters that were never put in the object store",
+                 learner_sends_unbroadcast_version),
+                ("no cap: updates run on past total_updates", learner_uncapped),
+            ),
+            core=True,
         ),
     ]

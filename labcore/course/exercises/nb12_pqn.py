@@ -1,4 +1,4 @@
-"""Notebook 12 (pqn): PQN's Q(lambda) targets and its TD loss, both PQN's own core (``core=True``).
+"""Notebook 12 (pqn): PQN's Q(lambda) targets, its TD loss and its update, PQN's own core (``core=True``).
 
 Each exercise carries a worked solution, written as a learner would (``labcore.course.exercises.solution(name)``
 shows it), and the classic wrong answers that ``check`` recognises.
@@ -6,9 +6,12 @@ shows it), and the classic wrong answers that ``check`` recognises.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from labcore.course.exercises.checking import Exercise
 
@@ -175,6 +178,132 @@ def pqn_td_loss_summed(q_values, actions, targets):
     return 0.5 * jnp.sum((q_values[jnp.arange(q_values.shape[0]), actions] - targets) ** 2)
 
 
+# ----------------------------------------------------------------------------------------------
+# 4. pqn_update: the epochs of minibatch steps on one rollout's fixed targets
+
+
+def layer_norm_q(params, obs):
+    """The Q-network the ``pqn_update`` exercise trains: obs [N, D] -> Q-values [N, A]; one hidden layer
+    with PQN's LayerNorm before its ReLU (params {"hidden": {"w": [D, H], "b": [H]}, "out": {"w": [H, A],
+    "b": [A]}}), float32 products on every backend."""
+    highest = jax.lax.Precision.HIGHEST
+    hidden = jnp.dot(obs, params["hidden"]["w"], precision=highest) + params["hidden"]["b"]
+    mean = jnp.mean(hidden, axis=-1, keepdims=True)
+    normed = (hidden - mean) / jnp.sqrt(jnp.var(hidden, axis=-1, keepdims=True) + 1e-5)
+    return jnp.dot(jax.nn.relu(normed), params["out"]["w"], precision=highest) + params["out"]["b"]
+
+
+@functools.cache
+def update_optimizer() -> optax.GradientTransformation:
+    """The optimizer the ``pqn_update`` exercise steps with: PQN's, the gradient's norm clipped, then RAdam."""
+    return optax.chain(optax.clip_by_global_norm(10.0), optax.radam(1e-2))
+
+
+def _update_inputs(rng: np.random.Generator) -> tuple:
+    update_epochs, num_minibatches, minibatch_size = int(rng.integers(2, 4)), int(rng.integers(2, 5)), int(rng.integers(2, 9))
+    rows, features, hidden, actions = num_minibatches * minibatch_size, int(rng.integers(2, 6)), 8, int(rng.integers(2, 5))
+    f32 = lambda shape, scale=1.0: jnp.asarray(rng.normal(scale=scale, size=shape), jnp.float32)  # noqa: E731
+    params = {"hidden": {"w": f32((features, hidden), 0.5), "b": f32((hidden,), 0.1)},
+              "out": {"w": f32((hidden, actions), 0.5), "b": f32((actions,), 0.1)}}
+    # RAdam's moments and step count from an earlier update, so that an answer must carry them on
+    opt_state = _warmed_up(params, jax.tree_util.tree_map(lambda leaf: jnp.ones_like(leaf) * 0.1, params))
+    obs = f32((rows, features))
+    chosen = jnp.asarray(rng.integers(0, actions, rows), jnp.int32)
+    targets = f32((rows,), 2.0)
+    key = jax.random.key(int(rng.integers(0, 2**31)))
+    return params, opt_state, obs, chosen, targets, key, layer_norm_q, update_optimizer(), update_epochs, num_minibatches
+
+
+@jax.jit
+def _warmed_up(params, grads):
+    optimizer = update_optimizer()
+    return optimizer.update(grads, optimizer.init(params), params)[1]
+
+
+def _update_reference(params, opt_state, obs, actions, targets, key, q_apply, optimizer, update_epochs, num_minibatches):
+    # labcore.agents.pqn.core's update, on the flattened rollout: an epoch key each, a permutation each.
+    rows = obs.shape[0]
+    minibatch_size = rows // num_minibatches
+
+    def loss(params, obs, actions, targets):
+        q_taken = jnp.take_along_axis(q_apply(params, obs), actions[:, None], axis=-1)[:, 0]
+        return 0.5 * jnp.mean((q_taken - targets) ** 2)
+
+    def minibatch_step(carry, minibatch):
+        params, opt_state = carry
+        updates, opt_state = optimizer.update(jax.grad(loss)(params, *minibatch), opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), None
+
+    def epoch(carry, epoch_key):
+        order = jax.random.permutation(epoch_key, rows)
+        cut = lambda leaf: leaf[order].reshape(num_minibatches, minibatch_size, *leaf.shape[1:])  # noqa: E731
+        return jax.lax.scan(minibatch_step, carry, (cut(obs), cut(actions), cut(targets)))[0], None
+
+    return jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, update_epochs))[0]
+
+
+def pqn_update_solution(params, opt_state, obs, actions, targets, key, q_apply, optimizer, update_epochs, num_minibatches):
+    def td_loss(params, rows):
+        q_values = q_apply(params, obs[rows])
+        chosen = q_values[jnp.arange(rows.shape[0]), actions[rows]]
+        return 0.5 * jnp.mean((chosen - targets[rows]) ** 2)
+
+    size = obs.shape[0] // num_minibatches
+    for epoch_key in jax.random.split(key, update_epochs):  # a new shuffle every epoch
+        shuffled = jax.random.permutation(epoch_key, obs.shape[0])
+        for i in range(num_minibatches):
+            rows = shuffled[i * size:(i + 1) * size]
+            grads = jax.grad(td_loss)(params, rows)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+    return params, opt_state
+
+
+def _with(params, opt_state, obs, actions, targets, key, q_apply, optimizer, update_epochs, num_minibatches, *,
+          epochs=None, shuffle=True, same_order=False, minibatches=None, greedy=False, fresh_optimizer=False):
+    """The solution with one thing changed, for the mistakes below."""
+    epochs = update_epochs if epochs is None else epochs
+    minibatches = num_minibatches if minibatches is None else minibatches
+    size = obs.shape[0] // minibatches
+
+    def td_loss(params, rows):
+        q_values = q_apply(params, obs[rows])
+        chosen = q_values.max(axis=-1) if greedy else q_values[jnp.arange(rows.shape[0]), actions[rows]]
+        return 0.5 * jnp.mean((chosen - targets[rows]) ** 2)
+
+    for epoch_key in jax.random.split(key, update_epochs)[:epochs]:
+        order = jax.random.permutation(key if same_order else epoch_key, obs.shape[0]) if shuffle else jnp.arange(obs.shape[0])
+        for i in range(minibatches):
+            state = optimizer.init(params) if fresh_optimizer else opt_state
+            updates, opt_state = optimizer.update(jax.grad(td_loss)(params, order[i * size:(i + 1) * size]), state, params)
+            params = optax.apply_updates(params, updates)
+    return params, opt_state
+
+
+def pqn_update_one_epoch(*args):
+    return _with(*args, epochs=1)
+
+
+def pqn_update_in_stored_order(*args):
+    return _with(*args, shuffle=False)
+
+
+def pqn_update_same_shuffle_every_epoch(*args):
+    return _with(*args, same_order=True)
+
+
+def pqn_update_whole_batch(*args):
+    return _with(*args, minibatches=1)
+
+
+def pqn_update_greedy_action(*args):
+    return _with(*args, greedy=True)
+
+
+def pqn_update_optimizer_restarted(*args):
+    return _with(*args, fresh_optimizer=True)
+
+
 def catalogue() -> list[Exercise]:
     return [
         Exercise(
@@ -236,6 +365,37 @@ def catalogue() -> list[Exercise]:
                  pqn_td_loss_greedy_action),
                 ("every action pulled towards the target, not only the one taken", pqn_td_loss_every_action),
                 ("a sum over the minibatch: the step grows with the minibatch size", pqn_td_loss_summed),
+            ),
+            core=True,
+        ),
+        Exercise(
+            name="pqn_update",
+            description="PQN's update on one rollout, its targets fixed: params, opt_state, obs [N, D], actions [N], "
+            "targets [N] (Q(lambda), computed once), key, q_apply, optimizer, update_epochs, num_minibatches -> "
+            "(params, opt_state).\n"
+            "As labcore.agents.pqn.core does it: epoch_keys = jax.random.split(key, update_epochs); in epoch e, shuffle "
+            "the N rows with jax.random.permutation(epoch_keys[e], N), cut them in order into num_minibatches "
+            "minibatches of N // num_minibatches rows, and on each take one optimizer step on the TD loss 0.5 * "
+            "mean((Q(s, a) - target)^2), Q(s, a) = q_apply(params, obs)[row, action], carrying params and opt_state "
+            "from step to step (grads = jax.grad(loss)(params, ...); updates, opt_state = optimizer.update(grads, "
+            "opt_state, params); params = optax.apply_updates(params, updates)). No target network: the targets "
+            "stay as given for the whole update. Python loops or lax.scan both do.",
+            reference=_update_reference,
+            make_inputs=_update_inputs,
+            trials=3,
+            rtol=1e-4,
+            atol=1e-5,
+            solution=pqn_update_solution,
+            mistakes=(
+                ("one epoch: update_epochs passes over the rollout were asked for", pqn_update_one_epoch),
+                ("no shuffle: the minibatches are the rollout's stored rows in order, each one correlated steps",
+                 pqn_update_in_stored_order),
+                ("the same shuffle every epoch (the key itself, not an epoch key): each epoch repeats the minibatches",
+                 pqn_update_same_shuffle_every_epoch),
+                ("one step on the whole rollout per epoch instead of num_minibatches minibatch steps", pqn_update_whole_batch),
+                ("the loss fits max_a Q(s, a), not the Q-value of the action taken", pqn_update_greedy_action),
+                ("the optimizer state is started again at every step: RAdam's moments and step count are lost",
+                 pqn_update_optimizer_restarted),
             ),
             core=True,
         ),
