@@ -93,16 +93,22 @@ def two_node_run(cluster, tmp_path_factory):
     killed (SIGKILL)."""
     seen = {"started": time.monotonic()}
 
+    def hold(row, seconds_left):
+        """Hold the learner at this metrics row so that ``seconds_left`` can pass before the run ends.
+        This runs only at a row, so the wait is spread over the rows still to come (at least 2 s a
+        row, none at the last, where it cannot help): held a fixed 2 s a row, a run on a loaded machine
+        ran out of rows, once before actor 0's first start delivered and once before its restart did."""
+        rows_to_come = (updates - row["updates"]) // 125
+        if seconds_left > 0 and rows_to_come > 0:
+            time.sleep(min(seconds_left, max(2.0, seconds_left / rows_to_come)))
+
     def look_then_kill(row, actors):
-        # The learner is held 2 s at a row while an actor has not delivered yet (bounded by the run's
-        # own deadline for a silent actor) and, after the kill, until actor 0's restarted process
-        # delivers, for at most three times as long as both actors took to deliver (and at least 180 s:
-        # a first start was once 5 s and the restart, which also waits for Ray to notice the death,
-        # longer than three times that; on a loaded machine, longer than 60 s): a start or a
-        # restart is a new process that imports JAX and compiles (6 to 15 s measured, more with the
-        # compilation cache off, as under the unit tests; minutes on a loaded machine), and this
-        # short run must not end first. Held 0.5 s a row before the kill, a fresh clone's run once
-        # ended before actor 1 had delivered at all.
+        # Before the kill the learner waits for both actors' first rollouts, up to 300 s (a start is
+        # a new process that imports JAX and compiles: 6 to 15 s measured, more with the compilation
+        # cache off, as under the unit tests; minutes on a loaded machine; an actor silent past the
+        # run's deadline is killed and restarted meanwhile). After the kill it waits for actor 0's
+        # restarted process to deliver, for three times as long as both actors took to deliver and
+        # at least 180 s (the restart also waits for Ray to notice the death).
         now = time.monotonic()
         if "killed" not in seen:
             if all(actor["pid"] for actor in actors):  # both have delivered
@@ -112,17 +118,13 @@ def two_node_run(cluster, tmp_path_factory):
                 os.kill(actors[0]["pid"], signal.SIGKILL)
                 seen.update(killed=actors[0]["pid"], killed_at=now, start_s=now - seen["started"])
             else:
-                time.sleep(2.0)
+                hold(row, 300.0 - (now - seen["started"]))
             return
         if "back_after" not in seen and actors[0]["pid"] != seen["killed"]:
             seen["back_after"] = now - seen["killed_at"]  # the restarted actor delivered
             seen["niceness_restarted"] = os.getpriority(os.PRIO_PROCESS, actors[0]["pid"])
-        # This runs only at a metrics row: the hold is spread over the rows still to come (held 2 s a
-        # row, a run on a loaded machine ran out of rows before actor 0 was back).
-        hold_left = max(180.0, 3 * seen["start_s"]) - (now - seen["killed_at"])
-        rows_to_come = (updates - row["updates"]) // 125
-        if "back_after" not in seen and hold_left > 0 and rows_to_come > 0:
-            time.sleep(min(hold_left, max(2.0, hold_left / rows_to_come)))
+        if "back_after" not in seen:
+            hold(row, max(180.0, 3 * seen["start_s"]) - (now - seen["killed_at"]))
 
     run_dir = tmp_path_factory.mktemp("two-node")
     run_config = config(train_frequency=4)
