@@ -82,21 +82,10 @@ def outside_xdist() -> dict[str, str]:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux /proc), children first."""
-    parents = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
+    """Every process below ``pid`` (Linux /proc): the scan labcore.ray_cluster cleans up a failed start with."""
+    from labcore import ray_cluster
+
+    return sorted(ray_cluster._descendants(pid))
 
 
 def assert_same_tree(a, b):

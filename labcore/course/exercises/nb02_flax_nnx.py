@@ -343,7 +343,6 @@ def catalogue() -> list[Exercise]:
             "action taken. losses[t] is the loss the step t computed (before its update).",
             reference=dqn_fit.q_network_reference,
             make_inputs=dqn_fit.q_network_inputs,
-            run_with=dqn_fit.at_float32,
             trials=3,
             rtol=1e-4,
             atol=1e-5,

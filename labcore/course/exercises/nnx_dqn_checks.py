@@ -68,17 +68,6 @@ def q_network_reference(state_dict, obs, actions, targets, learning_rate, steps)
     return jnp.stack(history), q_values(params, obs)
 
 
-def at_float32(fn):
-    """The learner's function with float32 matrix products (a GPU's TF32 or a TPU's bfloat16 passes
-    would differ from the reference by more than the tolerance)."""
-
-    def run(*args):
-        with jax.default_matmul_precision("float32"):
-            return fn(*args)
-
-    return run
-
-
 # ----------------------------------------------------------------------------------------------
 # A worked answer, as a learner writes it, and the classic mistakes.
 
