@@ -218,16 +218,6 @@ def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
     assert json.loads((run_dir / "summary.json").read_text()) == summary
 
 
-def test_a_death_is_counted_once_whatever_order_its_failures_arrive_in():
-    lives = actor_learner._Lives(num_actors=2)
-    assert lives.died(0, life=0)  # the rollout actor 0 was running failed: a death
-    # Its queued rollout fails too, here reported after the restarted actor was asked for more.
-    assert not lives.died(0, life=0)
-    assert lives.current == [1, 0]
-    assert lives.died(0, life=1)  # the restarted process dies: a second death
-    assert not lives.died(1, life=1) and lives.died(1, life=0)  # per actor
-
-
 def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
     def kill_actor_1(row, actors):
         if actors[1]["pid"]:
@@ -270,6 +260,32 @@ def test_a_silent_actor_is_killed_and_restarted_through_the_same_path(cluster, c
     assert row["silent_restarts"] == 1 and row["actor_restarts"] == 1 and row["transitions_lost"] > 0
     said = [line for line in capfd.readouterr().err.splitlines() if "delivered no rollout" in line]
     assert said == [line for line in said if line.startswith(f"labcore: actor 1 (pid {seen['stopped']})")] and said
+
+
+def test_a_learner_held_past_the_deadlines_kills_no_actor_and_sees_no_stall(cluster, capfd):
+    """on_log holds the learner 30 s, past actor_deadline_s (5) and stall_timeout_s (25; it must also
+    cover the actors' start, 9 to 22 s measured): the actors' rollouts came back meanwhile and wait to
+    be taken, so neither actor is silent and the run is not stalled (the learner, not the actors, was
+    slow). Before, a hold this long in on_log got working actors killed or stopped the run."""
+    seen = {"rows_after": 0}
+
+    def hold_once(row, actors):
+        if "held" not in seen:
+            if all(actor["pid"] for actor in actors):
+                time.sleep(30.0)
+                seen["held"] = actors
+            return
+        seen["rows_after"] += 1
+        if seen["rows_after"] == 3:
+            seen["actors"], seen["row"] = actors, row
+            raise Seen
+
+    with pytest.raises(Seen):
+        actor_learner.run(config(total_steps=10_000_000), num_actors=2, log_every=25, address=cluster,
+                          on_log=hold_once, actor_deadline_s=5, stall_timeout_s=25, timeout_s=180)
+    assert seen["row"]["silent_restarts"] == 0 and seen["row"]["actor_restarts"] == 0, seen
+    assert [actor["pid"] for actor in seen["actors"]] == [actor["pid"] for actor in seen["held"]]  # the same processes
+    assert "delivered no rollout" not in capfd.readouterr().err
 
 
 def test_actors_that_cannot_be_placed_are_reported_not_waited_for(cluster):

@@ -21,12 +21,14 @@ Faults. An actor whose process dies is restarted by Ray (``max_restarts`` times 
 rollout that fails with it is lost and counted (``transitions_lost``: ``rollout_steps x
 envs_per_actor`` per death; none where every rollout asked of it had already come back), the run
 goes on with the other actors, and the restarted actor gets work again once it answers. An actor
-that dies once more than ``max_restarts`` stops the run with an error naming it. An actor that is alive but silent (no rollout for ``actor_deadline_s``: a process
-stopped, hung in a call that never returns, starved of CPU) is killed by the learner, said in one
-line, and restarted through the same path (``actor_restarts``, and ``silent_restarts`` for these).
-No rollout from any actor for ``stall_timeout_s`` stops the run with the cluster's resources (actors
-that cannot be placed); either way a run with checkpoints saves one first, and the actors die with
-the learner (Ray owns them). A learner killed mid-run leaves its newest
+that dies once more than ``max_restarts`` stops the run with an error naming it. An actor that is
+silent (no rollout for ``actor_deadline_s``: a process stopped, hung in a call that never returns,
+starved of CPU, or dead without Ray failing its rollouts; a restart that never answers) is killed
+by the learner, said in one line, and restarted through the same path (``actor_restarts``, and
+``silent_restarts`` for these); a rollout that has come back and waits while the learner is busy
+elsewhere does not count as silence. No rollout from any actor for ``stall_timeout_s`` stops the
+run with the cluster's resources (actors that cannot be placed); either way a run with checkpoints
+saves one first, and the actors die with the learner (Ray owns them). A learner killed mid-run leaves its newest
 checkpoint (``checkpoint_every`` updates: train state, replay buffer, key, counters) in
 ``run_dir``; ``resume=True`` continues from it with new actors. A resumed run continues the
 learner's state exactly, but not the run: which actor's rollout arrives first is decided by the
@@ -206,27 +208,6 @@ def run(
             ray.shutdown()
 
 
-class _Lives:
-    """Each actor's life (deaths seen so far), so that a death is counted once.
-
-    Every rollout is asked of one life of its actor. When the process dies, the rollout it was
-    running and the one queued behind it (which never ran) both fail, and Ray may report the second
-    failure after the restarted actor is already up and working: without lives, that failure reads
-    as a second death, a second lost rollout and a second restart wait.
-    """
-
-    def __init__(self, num_actors: int):
-        self.current = [0] * num_actors
-
-    def died(self, rank: int, life: int) -> bool:
-        """A rollout asked of actor ``rank`` in ``life`` failed. True where this is news of a death
-        (count its rollout lost, wait for the restart); False for a life already known dead."""
-        if life != self.current[rank]:
-            return False
-        self.current[rank] += 1
-        return True
-
-
 class _Counters(NamedTuple):
     """What a checkpoint keeps besides arrays (JSON metadata)."""
 
@@ -280,15 +261,14 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     per_call = envs_per_actor * rollout_steps
     params_ref = ray.put(jax.device_get(state.params))
     version = updates
-    lives = _Lives(num_actors)
-    in_flight: dict[Any, tuple[int, int]] = {}  # rollout -> (actor rank, its life when asked)
+    in_flight: dict[Any, int] = {}  # rollout -> the rank of the actor asked for it
     restarting: dict[Any, int] = {}  # a `ready` call to an actor Ray is restarting -> its rank
 
     def ask(rank: int) -> None:
-        """Queue rollouts for ``rank``'s current life up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
-        while sum(1 for asked in in_flight.values() if asked == (rank, lives.current[rank])) < ROLLOUTS_QUEUED_PER_ACTOR:
+        """Queue rollouts for ``rank`` up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
+        while sum(1 for asked in in_flight.values() if asked == rank) < ROLLOUTS_QUEUED_PER_ACTOR:
             epsilon = float(dqn.linear_epsilon(received, config))
-            in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = (rank, lives.current[rank])
+            in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = rank
 
     def gone(rank: int, error: Exception) -> RuntimeError:
         return RuntimeError(f"actor {rank} died and Ray will not restart it (restarted {actors[rank]['restarts']} times, "
@@ -303,18 +283,43 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             return actor_deadline_s
         return max(actor_deadline_s, 3 * max(first_rollout_s)) if first_rollout_s else None
 
+    def waiting(refs: list) -> bool:
+        """Whether one of these rollouts has come back and waits for the learner to take it."""
+        return bool(refs) and bool(ray.wait(refs, num_returns=1, timeout=0)[0])
+
+    def await_restart(rank: int, now: float, running: bool) -> None:
+        """Actor ``rank``'s process died or was killed: the rollouts still asked of it are written off
+        (``running``: it was running one, counted lost), and a ``ready`` call waits for Ray's restart.
+        Written off, the rollout queued behind the lost one is not waited for: Ray may report its
+        failure after the restarted actor is up and working, where it would read as a second death."""
+        nonlocal lost
+        for ref in [ref for ref, asked in in_flight.items() if asked == rank]:
+            del in_flight[ref]
+        lost += per_call if running else 0
+        for ref in [ref for ref, asked in restarting.items() if asked == rank]:
+            del restarting[ref]
+        restarting[handles[rank].ready.remote()] = rank
+        last_heard[rank], delivered[rank] = now, False  # its deadline now runs from this death
+
     def silence(now: float) -> None:
         """Kill, for Ray to restart, every actor past its deadline: a process that is alive but
-        stopped, hung or starved never fails its rollout by itself."""
+        stopped, hung or starved never fails its rollout by itself, and the rollouts asked of a process
+        that died are not always failed by Ray either (seen once on a loaded machine: neither failed nor
+        answered for three minutes). A restart that has not answered by the deadline is killed again.
+        An actor whose rollout is back, waiting while the learner was busy elsewhere (an update burst,
+        a checkpoint, on_log), is not silent."""
         for rank, heard in enumerate(last_heard):
             limit = deadline(rank)
-            if limit is None or now - heard <= limit or rank in restarting.values():
+            if limit is None or now - heard <= limit:
+                continue
+            asked_of_it = [ref for ref, asked in in_flight.items() if asked == rank]
+            if waiting(asked_of_it):
                 continue
             print(f"labcore: actor {rank} (pid {actors[rank]['pid'] or 'not yet known'}) delivered no rollout for "
                   f"{now - heard:.0f} s: killed, for Ray to restart it", file=sys.stderr, flush=True)
             actors[rank]["silent_restarts"] += 1
-            last_heard[rank], delivered[rank] = now, False  # its rollouts now fail, and the restart path takes over
             ray.kill(handles[rank], no_restart=False)
+            await_restart(rank, now, running=bool(asked_of_it))  # none asked: a restart that never answered
 
     for rank in range(num_actors):
         ask(rank)
@@ -337,7 +342,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             now = time.perf_counter()
             if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"actor-learner run exceeded {timeout_s:.0f} s")
-            if now - last_arrival > stall_timeout_s:
+            if now - last_arrival > stall_timeout_s and not waiting(list(in_flight)):
                 raise RuntimeError(f"no actor returned a rollout for {stall_timeout_s:.0f} s (Ray's cluster: "
                                    f"{ray.cluster_resources()}; each actor asks for {cpus_per_actor} CPU)")
             silence(now)
@@ -355,18 +360,15 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                     ask(rank)  # restarts are counted when its first rollout arrives (a new pid)
                     last_heard[rank], delivered[rank] = time.perf_counter(), False  # its deadline runs from its restart
                     continue
-                rank, life = in_flight.pop(ref)
+                rank = in_flight.pop(ref)
                 try:
                     out = ray.get(ref)
                 except ActorDiedError as error:
                     raise gone(rank, error) from error
                 except RayActorError:
                     # The actor's process died. The rollout it was running is lost; the one queued
-                    # behind it never ran (it fails too, uncounted, whenever its failure arrives).
-                    # Ray is restarting the actor.
-                    if lives.died(rank, life):
-                        lost += per_call
-                        restarting[handles[rank].ready.remote()] = rank
+                    # behind it never ran (written off with it). Ray is restarting the actor.
+                    await_restart(rank, time.perf_counter(), running=True)
                     continue
                 last_arrival = time.perf_counter()
                 if not delivered[rank]:
