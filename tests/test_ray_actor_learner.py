@@ -218,6 +218,19 @@ def test_a_killed_actor_is_restarted_by_ray_and_the_run_completes(two_node_run):
     assert json.loads((run_dir / "summary.json").read_text()) == summary
 
 
+def test_the_learner_takes_every_rollout_that_is_back_oldest_first():
+    """ray.wait(num_returns=1) hands back a newer ready object, not the oldest (200 times in 200 with
+    two older and three newer ready): a wait that always prefers the newest must starve no rollout."""
+    back = ["a0", "b0", "a1", "b1"]  # in the order they were asked for; "c0" is still running
+
+    def newest_first(pending, num_returns, timeout):
+        ready = [ref for ref in reversed(pending) if ref in back]
+        return ready[:num_returns], [ref for ref in pending if ref not in ready[:num_returns]]
+
+    assert actor_learner.every_ready(["a0", "b0", "c0", "a1", "b1"], newest_first) == back
+    assert actor_learner.every_ready(["c0"], newest_first) == [] and actor_learner.every_ready([], newest_first) == []
+
+
 def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
     def kill_actor_1(row, actors):
         if actors[1]["pid"]:

@@ -23,7 +23,7 @@ envs_per_actor`` per death; none where every rollout asked of it had already com
 goes on with the other actors, and the restarted actor gets work again once it answers. An actor
 that dies once more than ``max_restarts`` stops the run with an error naming it. An actor that is
 silent (no rollout for ``actor_deadline_s``: a process stopped, hung in a call that never returns,
-starved of CPU, or dead without Ray failing its rollouts; a restart that never answers) is killed
+starved of CPU; a restart that never answers) is killed
 by the learner, said in one line, and restarted through the same path (``actor_restarts``, and
 ``silent_restarts`` for these); a rollout that has come back and waits while the learner is busy
 elsewhere does not count as silence. No rollout from any actor for ``stall_timeout_s`` stops the
@@ -208,6 +208,20 @@ def run(
             ray.shutdown()
 
 
+def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
+    """Every one of ``pending`` that is back, oldest first, after waiting up to ``timeout_s`` for one.
+
+    ``wait`` is ``ray.wait``. Asked for one of many ready objects it returns a newer one (200 times in
+    200, with two older and three newer ready): with the learner slower than its actors, one actor's
+    rollouts, or the failure saying it died, were passed over for minutes while the other's kept
+    arriving, so its restart was never asked for.
+    """
+    if not pending or not wait(pending, num_returns=1, timeout=timeout_s)[0]:
+        return []
+    back = set(wait(pending, num_returns=len(pending), timeout=0)[0])
+    return [ref for ref in pending if ref in back]
+
+
 class _Counters(NamedTuple):
     """What a checkpoint keeps besides arrays (JSON metadata)."""
 
@@ -303,11 +317,9 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
 
     def silence(now: float) -> None:
         """Kill, for Ray to restart, every actor past its deadline: a process that is alive but
-        stopped, hung or starved never fails its rollout by itself, and the rollouts asked of a process
-        that died are not always failed by Ray either (seen once on a loaded machine: neither failed nor
-        answered for three minutes). A restart that has not answered by the deadline is killed again.
-        An actor whose rollout is back, waiting while the learner was busy elsewhere (an update burst,
-        a checkpoint, on_log), is not silent."""
+        stopped, hung or starved never fails its rollout by itself. A restart that has not answered
+        by the deadline is killed again. An actor whose rollout is back, waiting while the learner was
+        busy elsewhere (an update burst, a checkpoint, on_log), is not silent."""
         for rank, heard in enumerate(last_heard):
             limit = deadline(rank)
             if limit is None or now - heard <= limit:
@@ -346,8 +358,9 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                 raise RuntimeError(f"no actor returned a rollout for {stall_timeout_s:.0f} s (Ray's cluster: "
                                    f"{ray.cluster_resources()}; each actor asks for {cpus_per_actor} CPU)")
             silence(now)
-            ready, _ = ray.wait([*in_flight, *restarting], num_returns=1, timeout=1.0)
-            for ref in ready:
+            for ref in every_ready([*in_flight, *restarting], ray.wait):
+                if ref not in in_flight and ref not in restarting:
+                    continue  # written off by a death taken earlier in this batch
                 if ref in restarting:  # is the restarted actor up?
                     rank = restarting.pop(ref)
                     try:
