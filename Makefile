@@ -16,6 +16,11 @@
 #                      only what fits in 540 s (the same command again goes on); PART=1/3 a third of it
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
+# On Linux, PyPI's torch is a CUDA build of several GB. `make lab TORCH_INDEX=https://download.pytorch.org/whl/cpu`
+# builds the environments with torch's CPU wheel of the same version instead (2.13.0+cpu satisfies the pin
+# torch==2.13.0 and sorts above PyPI's 2.13.0, so pip takes it). Empty: PyPI alone.
+TORCH_INDEX ?=
+TORCH_INDEX_ARGS := $(if $(strip $(TORCH_INDEX)),--extra-index-url $(TORCH_INDEX))
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -56,11 +61,11 @@ venv: $(PACKAGE_STAMP)
 # Rebuilt from scratch whenever the pins change, so .venv is exactly requirements.txt.
 $(STAMP): requirements.txt
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 found on PATH" >&2; exit 1; }
-	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0) if v >= (3, 10) else sys.exit(f"error: labcore needs Python >= 3.10 (3.11 is what requirements.txt was tested with); {sys.executable} is {v[0]}.{v[1]}")'
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0) if v >= (3, 11) else sys.exit(f"error: labcore needs Python >= 3.11 (its oldest jax, 0.7.2, does); {sys.executable} is {v[0]}.{v[1]}")'
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; v == (3, 11) or print(f"warning: requirements.txt was tested with Python 3.11; using {v[0]}.{v[1]}", file=sys.stderr)'
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH_INDEX_ARGS) -r requirements.txt
 	touch $@
 
 $(PACKAGE_STAMP): $(STAMP) pyproject.toml
@@ -113,7 +118,7 @@ $(COMPAT_STAMP): requirements-oldest.txt
 	$(PYTHON) -m venv $(COMPAT_VENV)
 	# A new venv's pip may be too old for the `labcore @ git+file://...` form the Colab cell uses.
 	$(COMPAT_BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(COMPAT_BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-oldest.txt
+	$(COMPAT_BIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH_INDEX_ARGS) -r requirements-oldest.txt
 	touch $@
 
 test-compat: $(COMPAT_STAMP)

@@ -41,8 +41,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def invoked_as(argv0: str) -> str:
+    """The command a user typed, for help and errors: ``python -m labcore`` or the ``labcore`` script."""
+    import os
+
+    name = os.path.basename(argv0)
+    return "python -m labcore" if name in ("__main__.py", "-m", "") else name
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m labcore", description=__doc__.split("\n\n")[0])
+    from labcore import __version__
+
+    parser = argparse.ArgumentParser(prog=invoked_as(sys.argv[0]), description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"labcore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     doctor = commands.add_parser("doctor", help="print versions, devices and a measured micro-benchmark")
@@ -120,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch = commands.add_parser("launch", help="run a labcore command as N local processes joined by jax.distributed")
     launch.add_argument("--num-processes", type=_positive_int, default=2)
     launch.add_argument("--devices-per-process", type=_positive_int, default=2, help="CPU devices in each process")
-    launch.add_argument("--timeout", type=float, default=600.0, help="seconds before every worker is stopped")
+    launch.add_argument("--timeout", type=float, default=None,
+                        help="seconds before every worker is stopped (default: no limit; a failed worker stops all)")
     launch.add_argument("--join-timeout", type=float, default=60.0, help="seconds for all workers to join the cluster")
     launch.add_argument("worker_command", nargs=argparse.REMAINDER,
                         help="after --: the labcore command each worker runs, e.g. -- train dqn --env CartPole-v1")

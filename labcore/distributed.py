@@ -213,7 +213,7 @@ def launch(
     command: Sequence[str],
     num_processes: int = 2,
     devices_per_process: int = 2,
-    timeout_s: float = 600.0,
+    timeout_s: float | None = None,
     join_timeout_s: float = 60.0,
     stream: TextIO | None = sys.stdout,
 ) -> LaunchResult:
@@ -223,7 +223,8 @@ def launch(
     ``python -m labcore ...``; otherwise it is run as given (e.g. [sys.executable, "script.py"]).
     Workers are expected to call ``initialize()``, which prints JOINED_MARK once the cluster
     formed. Returns when every worker has exited, or after stopping all of them when one fails,
-    when they have not all joined within join_timeout_s, or at timeout_s.
+    when they have not all joined within join_timeout_s, or at timeout_s (None: no limit, as a
+    training run needs; a worker that fails still stops them all).
     """
     if num_processes < 1 or devices_per_process < 1:
         raise ValueError(f"need num_processes >= 1 and devices_per_process >= 1, got {num_processes}, {devices_per_process}")
@@ -281,7 +282,7 @@ def launch(
                 missing = [rank for rank, ok in enumerate(joined) if not ok]
                 message = f"workers {missing} did not join the cluster within {join_timeout_s:.0f} s; stopped all"
                 break
-            if elapsed > timeout_s:
+            if timeout_s is not None and elapsed > timeout_s:
                 message = f"the run exceeded its {timeout_s:.0f} s timeout; stopped all workers"
                 break
             time.sleep(0.05)

@@ -241,3 +241,23 @@ def test_train_iqn_then_eval_the_checkpoint(tmp_path, capsys):
     assert err.startswith("error: params leaf 'advantage/kernel' has shape (2, 8, 4), but the config expects (2, 16, 4)")
     assert cli.main(["eval", "iqn", "--checkpoint", str(tmp_path / "missing")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_version_and_the_name_help_uses_follow_how_labcore_was_invoked(capsys):
+    import subprocess
+    import sys
+
+    from labcore import __version__
+
+    done = subprocess.run([sys.executable, "-m", "labcore", "--version"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, f"labcore {__version__}")
+    assert cli.invoked_as("/home/me/.venv/bin/labcore") == "labcore"  # the console script
+    assert cli.invoked_as("/site-packages/labcore/__main__.py") == "python -m labcore"
+    usage = subprocess.run([sys.executable, "-m", "labcore", "trian"], capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: python -m labcore ")
+
+
+def test_launch_sets_no_time_limit_unless_asked():
+    # A training run under `launch` takes as long as it takes; a failed worker stops every worker.
+    assert cli.build_parser().parse_args(["launch", "--", "cluster-check"]).timeout is None
+    assert cli.build_parser().parse_args(["launch", "--timeout", "90", "--", "cluster-check"]).timeout == 90.0
