@@ -89,7 +89,7 @@ WORDS_PER_MINUTE = 200  # reading speed for the prose estimate (technical prose,
 EXPECTED = (("T4", "T4 GPU (Colab)"), ("TPU", "TPU (Colab)"))
 BENCHMARKS = (
     "jit_speedup.py", "device_updates.py", "vmap_seeds.py", "dqn_speed.py", "ppo_speed.py", "minatar.py",
-    "iqn_modes.py", "gflownet_speed.py", "compile_cache.py", "distributed_scaling.py",
+    "iqn_modes.py", "gflownet_speed.py", "compile_cache.py", "distributed_scaling.py", "try_it.py",
 )
 PROBE = ("import jax, json, os; d = jax.devices()[0]; "
          "print(json.dumps({'platform': d.platform, 'device_kind': d.device_kind, 'device_count': jax.device_count(), "
