@@ -278,9 +278,13 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     in_flight: dict[Any, int] = {}  # rollout -> the rank of the actor asked for it
     restarting: dict[Any, int] = {}  # a `ready` call to an actor Ray is restarting -> its rank
 
+    def asked_of(rank: int) -> list:
+        """The rollouts asked of actor ``rank`` that the learner has not taken yet."""
+        return [ref for ref, asked in in_flight.items() if asked == rank]
+
     def ask(rank: int) -> None:
         """Queue rollouts for ``rank`` up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
-        while sum(1 for asked in in_flight.values() if asked == rank) < ROLLOUTS_QUEUED_PER_ACTOR:
+        while len(asked_of(rank)) < ROLLOUTS_QUEUED_PER_ACTOR:
             epsilon = float(dqn.linear_epsilon(received, config))
             in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = rank
 
@@ -297,17 +301,13 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             return actor_deadline_s
         return max(actor_deadline_s, 3 * max(first_rollout_s)) if first_rollout_s else None
 
-    def waiting(refs: list) -> bool:
-        """Whether one of these rollouts has come back and waits for the learner to take it."""
-        return bool(refs) and bool(ray.wait(refs, num_returns=1, timeout=0)[0])
-
     def await_restart(rank: int, now: float, running: bool) -> None:
         """Actor ``rank``'s process died or was killed: the rollouts still asked of it are written off
         (``running``: it was running one, counted lost), and a ``ready`` call waits for Ray's restart.
         Written off, the rollout queued behind the lost one is not waited for: Ray may report its
         failure after the restarted actor is up and working, where it would read as a second death."""
         nonlocal lost
-        for ref in [ref for ref, asked in in_flight.items() if asked == rank]:
+        for ref in asked_of(rank):
             del in_flight[ref]
         lost += per_call if running else 0
         for ref in [ref for ref, asked in restarting.items() if asked == rank]:
@@ -324,8 +324,8 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             limit = deadline(rank)
             if limit is None or now - heard <= limit:
                 continue
-            asked_of_it = [ref for ref, asked in in_flight.items() if asked == rank]
-            if waiting(asked_of_it):
+            asked_of_it = asked_of(rank)
+            if every_ready(asked_of_it, ray.wait, timeout_s=0):  # back, and waiting for the learner
                 continue
             print(f"labcore: actor {rank} (pid {actors[rank]['pid'] or 'not yet known'}) delivered no rollout for "
                   f"{now - heard:.0f} s: killed, for Ray to restart it", file=sys.stderr, flush=True)
@@ -354,7 +354,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             now = time.perf_counter()
             if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"actor-learner run exceeded {timeout_s:.0f} s")
-            if now - last_arrival > stall_timeout_s and not waiting(list(in_flight)):
+            if now - last_arrival > stall_timeout_s and not every_ready(list(in_flight), ray.wait, timeout_s=0):
                 raise RuntimeError(f"no actor returned a rollout for {stall_timeout_s:.0f} s (Ray's cluster: "
                                    f"{ray.cluster_resources()}; each actor asks for {cpus_per_actor} CPU)")
             silence(now)
