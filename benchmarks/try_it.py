@@ -26,6 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "docs" / "tooling"))
+import executed  # noqa: E402  (the machine, as the site's lesson pages name it)
+
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "try_it.json"
 LESSONS = {
     "00": "JAX primitives", "01": "A Haiku DQN", "02": "Flax NNX", "03": "jit, scan and vmap",
@@ -656,22 +659,6 @@ def run_lesson(lesson: str) -> dict:
     return found
 
 
-def machine() -> str:
-    import platform
-
-    import jax
-
-    sys.path.insert(0, str(REPO_ROOT / "docs" / "tooling"))
-    import executed  # the CPU model, as the site's lesson pages name it
-
-    from labcore import devices
-
-    device = jax.devices()[0]
-    accelerator = "no accelerator" if device.platform == "cpu" else f"{jax.device_count()} x {device.device_kind}"
-    return (f"{executed.cpu_model()} ({platform.machine()}), {devices.cpu_count()} CPU cores, {accelerator}; "
-            f"Python {platform.python_version()}, JAX {jax.__version__}")
-
-
 def anchor(lesson: str) -> str:
     """The id the site gives a lesson's section of the page (MyST's heading anchors)."""
     import re
@@ -708,7 +695,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.in_process:
         lesson, out = args.in_process.split(":", 1)
-        Path(out).write_text(json.dumps({"experiments": run_lesson(lesson), "machine": machine(),
+        Path(out).write_text(json.dumps({"experiments": run_lesson(lesson), "machine": executed.machine(),
                                          "date": time.strftime("%Y-%m-%d")}))
         return
     records = json.loads(args.results.read_text()) if args.results.exists() else {}
