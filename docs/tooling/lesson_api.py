@@ -34,7 +34,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("exercises.check", "labcore.course.exercises.checking.check", "func"),
     ],
     "01_haiku_dqn": [
-        ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
+        ("DQNConfig", "labcore.agents.dqn.config.DQNConfig", "class"),
         ("dqn.core.make_update", "labcore.agents.dqn.core.make_update", "func"),
         ("dqn.core.select_action", "labcore.agents.dqn.core.select_action", "func"),
         ("dqn.host_loop.train", "labcore.agents.dqn.host_loop.train", "func"),
@@ -54,7 +54,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("nets.q_networks", "labcore.nets.q_networks", "mod"),
     ],
     "03_jit_scan_vmap": [
-        ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
+        ("DQNConfig", "labcore.agents.dqn.config.DQNConfig", "class"),
         ("dqn.scan.make_train", "labcore.agents.dqn.scan.make_train", "func"),
         ("dqn.scan.make_parts", "labcore.agents.dqn.scan.make_parts", "func"),
         ("dqn.host_loop.train", "labcore.agents.dqn.host_loop.train", "func"),
@@ -67,13 +67,13 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("labcore.compile_cache", "labcore.compile_cache", "mod"),
     ],
     "04_many_devices": [
-        ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
+        ("DQNConfig", "labcore.agents.dqn.config.DQNConfig", "class"),
         ("dqn.core.make_update", "labcore.agents.dqn.core.make_update", "func"),
         ("dqn.data_parallel", "labcore.agents.dqn.data_parallel", "mod"),
         ("dqn.data_parallel.make_shard_map_update", "labcore.agents.dqn.data_parallel.make_shard_map_update", "func"),
     ],
     "05_many_processes": [
-        ("DQNConfig", "labcore.agents.dqn.core.DQNConfig", "class"),
+        ("DQNConfig", "labcore.agents.dqn.config.DQNConfig", "class"),
         ("dqn.multi_process.train", "labcore.agents.dqn.multi_process.train", "func"),
         ("dqn.actor_learner.run", "labcore.agents.dqn.actor_learner.run", "func"),
         ("checkpoint.restore", "labcore.checkpoint.restore", "func"),
@@ -83,7 +83,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("labcore.ray_cluster", "labcore.ray_cluster", "mod"),
     ],
     "06_iqn_port": [
-        ("IQNConfig", "labcore.agents.iqn.core.IQNConfig", "class"),
+        ("IQNConfig", "labcore.agents.iqn.config.IQNConfig", "class"),
         ("IQNRunConfig", "labcore.agents.iqn.run_config.IQNRunConfig", "class"),
         ("iqn.core.train_step", "labcore.agents.iqn.core.train_step", "func"),
         ("iqn.programs.fused_epoch", "labcore.agents.iqn.programs.fused_epoch", "func"),
@@ -99,7 +99,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("torch_ref.irainbow", "labcore.torch_ref.irainbow", "mod"),
     ],
     "07_masked_ppo": [
-        ("PPOConfig", "labcore.agents.ppo.core.PPOConfig", "class"),
+        ("PPOConfig", "labcore.agents.ppo.config.PPOConfig", "class"),
         ("ppo.core.make_train", "labcore.agents.ppo.core.make_train", "func"),
         ("ppo.core.make_ppo", "labcore.agents.ppo.core.make_ppo", "func"),
         ("ppo.run.train", "labcore.agents.ppo.run.train", "func"),
@@ -125,7 +125,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("ActorCritic", "labcore.nets.actor_critic.ActorCritic", "class"),
     ],
     "09_gflownet_hybrid": [
-        ("GFlowNetConfig", "labcore.agents.gflownet.core.GFlowNetConfig", "class"),
+        ("GFlowNetConfig", "labcore.agents.gflownet.config.GFlowNetConfig", "class"),
         ("gflownet.core.make_train", "labcore.agents.gflownet.core.make_train", "func"),
         ("gflownet.core.make_gradient_step", "labcore.agents.gflownet.core.make_gradient_step", "func"),
         ("gflownet.trainers.train", "labcore.agents.gflownet.trainers.train", "func"),
@@ -155,7 +155,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("time_call", "labcore.tools.benchmarking.time_call", "func"),
     ],
     "12_pqn": [
-        ("PQNConfig", "labcore.agents.pqn.core.PQNConfig", "class"),
+        ("PQNConfig", "labcore.agents.pqn.config.PQNConfig", "class"),
         ("pqn.core.make_train", "labcore.agents.pqn.core.make_train", "func"),
         ("pqn.core.make_pqn", "labcore.agents.pqn.core.make_pqn", "func"),
         ("pqn.run.train", "labcore.agents.pqn.run.train", "func"),

@@ -1,5 +1,7 @@
 """Treasurehunt: the multi-agent gridworld of the IQN port, as pure JAX functions (jit/vmap/scan-able);
-the gymnax environment built on them is ``labcore.envs.treasurehunt_env.Treasurehunt``.
+the gymnax environment built on them is ``labcore.envs.treasurehunt_env.Treasurehunt``. The world's
+description (``TreasurehuntParams``, ``make_params``, ``obs_size``, the entity kinds and ``ACTIONS``) is
+defined in ``labcore.envs.treasurehunt_params``, which imports no JAX, and re-exported here.
 
 The world is an H x W grid (10 x 10 by default) with two layers. The border is WALL on both
 layers (impassable, value ``wall_value`` = -1). Inside, the bottom layer is SAND and the top
@@ -66,87 +68,33 @@ The same turn, gymnax style (``treasurehunt_env.Treasurehunt``; every agent acts
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-# Entity kinds; the same numbers index the observation channels.
-EMPTY, WALL, SAND, GEM, AGENT = 0, 1, 2, 3, 4
-N_KINDS = 5
-ACTIONS = ("up", "down", "left", "right")
+from labcore.envs.treasurehunt_params import (  # noqa: F401 (the world's description, re-exported: th.TreasurehuntParams)
+    ACTIONS,
+    AGENT,
+    EMPTY,
+    GEM,
+    N_KINDS,
+    SAND,
+    WALL,
+    TreasurehuntParams,
+    make_params,
+    obs_size,
+)
+
+# TreasurehuntParams lives in a module that imports no JAX (the IQN config holds one); registered
+# here, where the functions that take it are, as flax.struct would: a pytree without leaves.
+jax.tree_util.register_dataclass(
+    TreasurehuntParams, data_fields=[], meta_fields=[field.name for field in dataclasses.fields(TreasurehuntParams)]
+)
+
 # (dy, dx) per action, in ACTIONS order.
 _MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)
-
-
-@struct.dataclass
-class TreasurehuntParams:
-    """The world's description. Every field is static (pytree_node=False): shapes depend on the
-    sizes, and keeping the values static too makes the params hashable, so they can be a jit
-    static argument or be passed as a leaf-less pytree without retracing.
-
-    Validated on construction (``make_params`` or the constructor): ValueError naming the field.
-    """
-
-    height: int = struct.field(pytree_node=False, default=10)
-    width: int = struct.field(pytree_node=False, default=10)
-    n_agents: int = struct.field(pytree_node=False, default=5)
-    gem_value: float = struct.field(pytree_node=False, default=10.0)
-    wall_value: float = struct.field(pytree_node=False, default=-1.0)
-    spawn_prob: float = struct.field(pytree_node=False, default=0.02)
-    vision_radius: int = struct.field(pytree_node=False, default=2)
-    max_turns: int = struct.field(pytree_node=False, default=50)
-
-    def __post_init__(self) -> None:
-        # Normalise numpy scalars to Python numbers so equal params hash equal (jit cache keys).
-        for name in ("height", "width", "n_agents", "vision_radius", "max_turns"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise ValueError(f"TreasurehuntParams.{name} must be an integer, got {value!r}")
-            object.__setattr__(self, name, int(value))
-        for name in ("gem_value", "wall_value", "spawn_prob"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ValueError(f"TreasurehuntParams.{name} must be a finite real number, got {value!r}")
-            object.__setattr__(self, name, float(value))
-        if self.height < 3:
-            raise ValueError(f"TreasurehuntParams.height must be >= 3 (a wall border around an interior), got {self.height}")
-        if self.width < 3:
-            raise ValueError(f"TreasurehuntParams.width must be >= 3 (a wall border around an interior), got {self.width}")
-        interior = (self.height - 2) * (self.width - 2)
-        if not 1 <= self.n_agents <= interior:
-            raise ValueError(
-                f"TreasurehuntParams.n_agents must be in [1, {interior}] (one agent per interior cell), got {self.n_agents}"
-            )
-        if not 0.0 <= self.spawn_prob <= 1.0:
-            raise ValueError(f"TreasurehuntParams.spawn_prob must be in [0, 1], got {self.spawn_prob}")
-        if self.vision_radius < 0:
-            raise ValueError(f"TreasurehuntParams.vision_radius must be >= 0, got {self.vision_radius}")
-        if self.max_turns < 1:
-            raise ValueError(f"TreasurehuntParams.max_turns must be >= 1, got {self.max_turns}")
-
-    @property
-    def max_steps_in_episode(self) -> int:
-        """gymnax's name for the episode length: ``max_turns``."""
-        return self.max_turns
-
-
-def make_params(**overrides: int | float) -> TreasurehuntParams:
-    """TreasurehuntParams with ``overrides``; ValueError naming the field on an unknown name or a bad value."""
-    known = {field.name for field in dataclasses.fields(TreasurehuntParams)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ValueError(f"unknown TreasurehuntParams field(s) {unknown}; known: {sorted(known)}")
-    return TreasurehuntParams(**overrides)
-
-
-def obs_size(params: TreasurehuntParams) -> int:
-    """Floats per agent observation: (2r+1)**2 * 5 (125 for r = 2)."""
-    side = 2 * params.vision_radius + 1
-    return side * side * N_KINDS
 
 
 @struct.dataclass

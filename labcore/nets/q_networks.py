@@ -18,6 +18,8 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 
+from labcore.nets import NETWORKS  # the kinds, importable without Haiku (the configs check them)
+
 
 class NatureCNN(hk.Module):
     """The Nature DQN network (Mnih et al., 2015).
@@ -99,9 +101,6 @@ class MinAtarCNN(hk.Module):
 def _maybe_normalise(x: jax.Array, layer_norm: bool) -> jax.Array:
     """LayerNorm over the last axis (with a learned scale and offset), or x unchanged."""
     return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True)(x) if layer_norm else x
-
-
-NETWORKS = ("nature_cnn", "mlp", "minatar_cnn")
 
 
 def make_q_network(

@@ -1,7 +1,8 @@
 """dqn: DQN (Mnih et al. 2015) and the ways labcore runs it.
 
-* ``core``: ``DQNConfig`` (with the Nature Atari settings), epsilon-greedy acting, the loss and
-  the jitted update;
+* ``config``: ``DQNConfig`` (with the Nature Atari settings), validated (imports no JAX: the
+  command line's flags);
+* ``core``: epsilon-greedy acting, the loss and the jitted update;
 * ``agent``: DQN built once: ``make_dqn`` returns its pure functions (init, act, collect, learn,
   evaluate), which every driver below runs;
 * ``host_loop``: gymnasium envs stepped in Python (CartPole, Atari), greedy evaluation,
@@ -18,4 +19,4 @@ The package itself exports the agent contract of ``labcore.agents`` (``train`` i
 
 from labcore.agents import agent_exports
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:DQNConfig", make_train="scan", driver="scan")
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="config:DQNConfig", make_train="scan", driver="scan")

@@ -1,7 +1,8 @@
 """gflownet: GFlowNets on HyperGrid.
 
-* ``core``: ``GFlowNetConfig``, the TB / DB / FL / SubTB / FM losses, the JAX policy, the
-  ``lax.scan`` sampler and all of the all-JAX training as one ``make_train``;
+* ``config``: ``GFlowNetConfig``, every setting, validated (imports no JAX: the command line's flags);
+* ``core``: the TB / DB / FL / SubTB / FM losses, the JAX policy, the ``lax.scan`` sampler and all
+  of the all-JAX training as one ``make_train``;
 * ``trainers``: the four trainers behind ``GFlowNetConfig.trainer`` (torch, hybrid, jax_policy,
   jax), each timing its phases (notebook 09's migration, one step at a time);
 * ``run``: the driver, ``train``: a results folder for any trainer; the all-JAX one on
@@ -13,4 +14,4 @@ The package itself exports the agent contract of ``labcore.agents``: ``Config``,
 
 from labcore.agents import agent_exports
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:GFlowNetConfig", make_train="core", driver="run")
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="config:GFlowNetConfig", make_train="core", driver="run")

@@ -2,12 +2,14 @@
 
 The agent:
 
-* ``core``: ``IQNConfig``, the agent state, network and optimiser, acting, the loss and the train step;
+* ``config``: ``IQNConfig``, the agent's settings, validated (imports no JAX);
+* ``core``: the agent state, network and optimiser, acting, the loss and the train step;
 * ``frame_buffer``: the frame-stacking replay buffer (pure functions on a pytree).
 
 The experiment (many agents in the Treasurehunt world, in four run modes):
 
-* ``run_config``: ``IQNRunConfig``, the run's settings composed with the world's and the agents';
+* ``run_config``: ``IQNRunConfig``, the run's settings composed with the world's and the agents' (imports
+  no JAX: the command line's flags);
 * ``programs``: the compiled JAX programs (the key schedule, one turn, the fused epoch);
 * ``runners``: the four run modes, pytorch, jax_sequential, jax_parallel and jax_fused;
 * ``run``: ``train`` (any mode, in a results folder; the fused mode on ``labcore.loop``), the fused

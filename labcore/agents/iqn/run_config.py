@@ -7,11 +7,11 @@
     config.hidden_size, config.height                             # the same values, by their flat names
 
 It is composed, not a copy: the run's own fields (``mode``, ``epochs``, ``seed``, ``num_worlds``,
-``epochs_per_call``), the world (``world``: ``labcore.envs.treasurehunt.TreasurehuntParams``) and the
-settings every agent shares (``agent``: ``labcore.agents.iqn.core.IQNConfig``). Each default is
-defined once, in its own class. The world decides two of the agent's fields, the observation width
-``obs_size = (2 vision_radius + 1)^2 * 5`` and ``n_actions = 4``: ``agent`` holds the world's values
-whatever was passed in.
+``epochs_per_call``), the world (``world``: ``labcore.envs.treasurehunt_params.TreasurehuntParams``)
+and the settings every agent shares (``agent``: ``labcore.agents.iqn.config.IQNConfig``). Each
+default is defined once, in its own class. The world decides two of the agent's fields, the
+observation width ``obs_size = (2 vision_radius + 1)^2 * 5`` and ``n_actions = 4``: ``agent`` holds
+the world's values whatever was passed in.
 
 Flat names. Every world and agent field can also be given, read and replaced by its own name
 (``FLAT_FIELDS``; no two of them share a name): ``IQNRunConfig(height=8)`` replaces the height of
@@ -22,6 +22,9 @@ line (a flag per flat field: ``--height``, ``--hidden-size``), checkpoint overri
 
 Validation happens on construction: a bad value is a ValueError naming ``IQNRunConfig.<field>`` by
 its flat name, which is also the flag that sets it (``--<field>`` with dashes).
+
+Importing this module imports no JAX (nor does building a config): the world's params come from
+``labcore.envs.treasurehunt_params``, the agent's config from ``labcore.agents.iqn.config``.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from labcore import devices, validation
-from labcore.agents.iqn.core import IQNConfig
-from labcore.envs import treasurehunt as th
+from labcore.agents.iqn.config import IQNConfig
+from labcore.envs import treasurehunt_params as th  # the world's params, without the JAX world
 
 MODES = ("pytorch", "jax_sequential", "jax_parallel", "jax_fused")
 RUN_FIELDS = ("mode", "epochs", "seed", "num_worlds", "epochs_per_call")

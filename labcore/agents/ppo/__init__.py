@@ -1,7 +1,8 @@
 """ppo: action-masked PPO.
 
-* ``core``: ``PPOConfig``, the masked policy, and all of training as one jitted ``train(key)``
-  (PureJaxRL style), plus the trained policy's returns;
+* ``config``: ``PPOConfig``, every setting, validated (imports no JAX: the command line's flags);
+* ``core``: the masked policy, and all of training as one jitted ``train(key)`` (PureJaxRL style),
+  plus the trained policy's returns;
 * ``run``: the driver: results folder, progress bar, checkpoints, exact resume, evaluation.
 
 The package itself exports the agent contract of ``labcore.agents``: ``Config``,
@@ -10,4 +11,4 @@ The package itself exports the agent contract of ``labcore.agents``: ``Config``,
 
 from labcore.agents import agent_exports
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:PPOConfig", make_train="core", driver="run")
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="config:PPOConfig", make_train="core", driver="run")

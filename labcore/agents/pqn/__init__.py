@@ -1,8 +1,9 @@
 """pqn: Parallel Q-Networks (Gallici et al., ICLR 2025), DQN without a replay buffer or a target network.
 
-* ``core``: ``PQNConfig`` (with the paper's MinAtar settings), the LayerNorm Q-network's training as
-  one jitted ``train(key)`` over vectorised gymnax envs (epsilon-greedy rollouts, Q(lambda) targets,
-  minibatch epochs), vmappable over seeds;
+* ``config``: ``PQNConfig`` (with the paper's MinAtar settings), validated (imports no JAX: the
+  command line's flags);
+* ``core``: the LayerNorm Q-network's training as one jitted ``train(key)`` over vectorised gymnax
+  envs (epsilon-greedy rollouts, Q(lambda) targets, minibatch epochs), vmappable over seeds;
 * ``run``: the driver: results folder, progress bar, checkpoints, exact resume, evaluation.
 
 The package itself exports the agent contract of ``labcore.agents``: ``Config``,
@@ -11,4 +12,4 @@ The package itself exports the agent contract of ``labcore.agents``: ``Config``,
 
 from labcore.agents import agent_exports
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, config="core:PQNConfig", make_train="core", driver="run")
+__all__, __getattr__, __dir__ = agent_exports(__name__, config="config:PQNConfig", make_train="core", driver="run")
