@@ -338,7 +338,7 @@ def actor_learner_run(**options) -> dict:
                            exploration_fraction=0.3, train_frequency=4)
     summary = actor_learner.run(config, log_every=250, tensorboard=False, timeout_s=600, **options).summary
     return {"mean_staleness": round(summary["mean_staleness"], 1),
-            "actor_steps_per_s": round(summary["actor_steps_per_second"]),
+            "actor_steps_per_s": round(summary["steps_per_second"]),  # all actors together
             "learner_updates_per_s": round(summary["learner_updates_per_second"]),
             "eval_return_mean": round(summary["eval_return_mean"], 1)}
 

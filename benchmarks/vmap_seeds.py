@@ -40,8 +40,9 @@ from labcore.tools.benchmarking import write_results  # noqa: E402
 def host_loop_steps_per_second(config: dqn.DQNConfig) -> float:
     result = dqn_loop.train(config, log_every=config.total_steps // (4 * config.train_frequency), progress=False)
     rows = result.metrics
-    seconds = sum((row["step"] - before["step"]) / row["steps_per_second"] for before, row in zip(rows[-4:], rows[-3:]))
-    return (rows[-1]["step"] - rows[-4]["step"]) / seconds
+    seconds = sum((row["timesteps"] - before["timesteps"]) / row["steps_per_second"]
+                  for before, row in zip(rows[-4:], rows[-3:]))
+    return (rows[-1]["timesteps"] - rows[-4]["timesteps"]) / seconds
 
 
 def scan_run(config: dqn.DQNConfig, seeds: int) -> dict[str, float]:

@@ -19,6 +19,24 @@ the file). Asked for the newest step (``step=None``), they name each damaged ste
 stderr and read the newest intact one; asked for a given step, they refuse a damaged one. A
 checkpoint written before labcore recorded digests has none to check: it is read as it is, and
 that is said once per folder.
+
+**One metadata schema for every driver** (``run_metadata`` builds it). Each step's metadata holds
+
+    algorithm        the registry name of what trained it (``ALGORITHMS``: "ppo", "pqn", "dqn-scan",
+                     "dqn-host", "dqn-data-parallel", "dqn-actor-learner", "gflownet", "iqn"); null
+                     for a program outside the registry (one a notebook builds), which any loader takes
+    driver           the module that wrote it ("labcore.loop", "labcore.agents.dqn.host_loop", ...)
+    labcore_version  ``labcore.__version__`` of the writer
+    config           the config's JSON fields
+    step             the step orbax files it under, in the driver's unit (updates, agent steps, epochs)
+    digests          the kind of digests promised (added by ``save``)
+
+and whatever its driver reads back besides (``labcore.loop``: "update_step", "seeds" and the
+program's ``written_with``; the host DQN: "has_replay", "has_envs", "episode_returns", ...).
+Every loader and every resume calls ``expect`` before it builds a config: a checkpoint of another
+algorithm is refused with ``WrongCheckpoint``, one line naming what the folder holds and the command
+that evaluates it, instead of a KeyError or a TypeError from deep inside the restore. A checkpoint
+written before the schema has no "algorithm": it is not refused, and loads as it always did.
 """
 
 from __future__ import annotations
@@ -27,14 +45,18 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import sys
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from labcore import __version__
 
 
 DIGESTS_NAME = "labcore-digests.json"  # in each step's folder: {"algorithm", "files": {path: {"size", "digest"}}}
@@ -48,6 +70,61 @@ class DamagedCheckpoint(ValueError):
 
 class DamagedCheckpoints(RuntimeError):
     """Checkpoints were found, and none of them is intact (or restores)."""
+
+
+# The names a checkpoint's "algorithm" may hold: the command line's (labcore.agents.registry.NAMES,
+# which this building block may not import; tests/test_checkpoint_schema.py keeps the two equal).
+ALGORITHMS = ("ppo", "pqn", "dqn-scan", "dqn-host", "dqn-data-parallel", "dqn-actor-learner", "gflownet", "iqn")
+SCHEMA_KEYS = ("algorithm", "driver", "labcore_version", "config", "step")
+
+
+class WrongCheckpoint(ValueError):
+    """A checkpoint of another algorithm than the one loading or resuming it (``expect``)."""
+
+
+def run_metadata(algorithm: str, driver: str, config_fields: Mapping[str, Any], step: int,
+                 **extra: Any) -> dict[str, Any]:
+    """A checkpoint's metadata in the schema of the module docstring: ``algorithm`` (a name of
+    ``ALGORITHMS``, or "" for a program outside the registry), ``driver`` (the writing module's
+    name), the config's JSON fields, the step, and the driver's own ``extra`` keys."""
+    if algorithm and algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm: {algorithm!r} is not one of labcore's algorithms {ALGORITHMS}")
+    clash = sorted(set(SCHEMA_KEYS) & set(extra))
+    if clash:
+        raise ValueError(f"run_metadata: {clash} are the schema's own keys, not a driver's extra ones")
+    return {"algorithm": algorithm or None, "driver": driver, "labcore_version": __version__,
+            "config": dict(config_fields), "step": int(step), **extra}
+
+
+def expect(metadata: Mapping[str, Any], algorithm: str, path: str | os.PathLike) -> Mapping[str, Any]:
+    """``metadata``, unless it names another algorithm than ``algorithm`` (the registry name of the
+    caller): then WrongCheckpoint, one line naming what ``path`` holds and the command that
+    evaluates it. Metadata without an algorithm (written before the schema, or by a program outside
+    the registry) and an empty ``algorithm`` (a caller outside it) check nothing."""
+    held = metadata.get("algorithm")
+    if not held or not algorithm or held == algorithm:
+        return metadata
+    raise WrongCheckpoint(
+        f"{path} holds {_a(held)} run ({metadata.get('driver')}, step {metadata.get('step')}, labcore "
+        f"{metadata.get('labcore_version')}), not {_a(algorithm)} one: evaluate it with "
+        f"python -m labcore eval {held} --checkpoint {shlex.quote(str(path))}")
+
+
+def expecting(algorithm: str, path: str | os.PathLike, like: Any) -> Callable[[Mapping[str, Any]], Any]:
+    """A ``like`` for ``labcore.runs.RunDir.restore`` that ``expect``s each checkpoint it is asked
+    about to be ``algorithm``'s before it gives ``like`` (a template, or a function of the metadata
+    returning one): for the drivers whose own loop restores a resumed run."""
+
+    def checked(metadata: Mapping[str, Any]) -> Any:
+        expect(metadata, algorithm, path)
+        return like(metadata) if callable(like) else like
+
+    return checked
+
+
+def _a(name: str) -> str:
+    """``name`` with its article, as the name is read aloud ("an iqn", "a dqn-scan")."""
+    return f"{'an' if name[:1] in 'aeio' else 'a'} {name}"
 
 
 def file_digest(path: Path) -> str:

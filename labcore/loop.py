@@ -24,7 +24,8 @@ and so does the data-parallel DQN over every device of several processes
 ``steps_per_update`` env steps and one learning step (PPO, PQN: one rollout and its epochs of
 minibatches; the jitted DQN: ``train_frequency`` agent steps and one gradient step, none during
 the replay warm-up). Metrics rows carry the update as ``"update"`` and the env steps as
-``"timesteps"``.
+``"timesteps"``. Without ``log_every``, a run logs about 100 rows (``default_log_every``), as every
+driver does, the host-driven ones (``labcore.host_run``) included.
 
 **Same result however it is cut.** The state carries everything, so 3 + 3 updates give the same
 state as 6, and a run killed after a checkpoint and resumed logs the same rows as one that was not.
@@ -78,6 +79,9 @@ class Program(NamedTuple):
     written_with: Mapping[str, Any] = {}
     # how a chunk's lowered program is compiled (default ``lowered.compile()``), e.g. with compiler options
     compile: Callable[[jax.stages.Lowered], jax.stages.Compiled] | None = None
+    # the registry name its checkpoints record ("ppo", "dqn-scan", ...; labcore.checkpoint.ALGORITHMS), so
+    # that another algorithm's loader or resume refuses them by name; "" for a program outside the registry
+    algorithm: str = ""
 
 
 class RunResult(NamedTuple):
@@ -201,7 +205,7 @@ def train(
     make_program: MakeProgram,
     run_dir: str | os.PathLike | None = None,
     *,
-    log_every: int = 10,
+    log_every: int | None = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
     overwrite: bool = False,
@@ -213,12 +217,13 @@ def train(
 ) -> RunResult:
     """Train ``make_program(config, callback, log_every)`` end to end, in ``run_dir`` if given.
 
-    checkpoint_every: updates per chunk (default: the whole run in one chunk, checkpointed at the
-    end; without ``run_dir`` nothing is saved). resume: continue from the newest intact checkpoint
-    in run_dir (see ``labcore.runs.RunDir.open``): the rows past it are dropped and logged again,
-    so the folder reads as one run. overwrite: replace an earlier run in run_dir (without it or
-    resume, one is refused). evaluate: run the program's evaluation at the end. on_metrics: also
-    called with each logged row's metrics (numpy), before it is written.
+    log_every: updates between metrics rows (default: ``default_log_every`` of the program's
+    updates, about 100 rows). checkpoint_every: updates per chunk (default: the whole run in one
+    chunk, checkpointed at the end; without ``run_dir`` nothing is saved). resume: continue from
+    the newest intact checkpoint in run_dir (see ``labcore.runs.RunDir.open``): the rows past it
+    are dropped and logged again, so the folder reads as one run. overwrite: replace an earlier run
+    in run_dir (without it or resume, one is refused). evaluate: run the program's evaluation at
+    the end. on_metrics: also called with each logged row's metrics (numpy), before it is written.
 
     seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one
     ``jax.vmap``; seed i ends where a run of ``config.seed + i`` alone ends, to float rounding
@@ -231,15 +236,15 @@ def train(
         raise ValueError(f"checkpoint_every must be >= 1 update, got {checkpoint_every}")
     if seeds is not None and seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if log_every is None:  # the program's length is known once it is built: a first build reads it
+        log_every = default_log_every(make_program(config).num_updates)
 
     def log_row(metrics: dict[str, Any]) -> None:
         if on_metrics is not None:
             on_metrics(metrics)
         row = run.log({"update": int(metrics["update"]), **{k: v for k, v in metrics.items() if k != "update"}})
         bar.update(int(row["update"]) * program.steps_per_update - bar.n)
-        shown = {label: row.get(name) for label, name in program.shown.items()}
-        if all(value is not None for value in shown.values()):
-            bar.set_postfix({label: f"{value:.2f}" for label, value in shown.items()}, refresh=False)
+        show_on_bar(bar, row, program.shown)
 
     # First: a bad config or env id fails here, before anything is written or compiled. Vmapped
     # seeds log from each chunk's returned metrics, so their program has no callback.
@@ -253,7 +258,8 @@ def train(
     written_with = {"seeds": seeds, **program.written_with}
     primary = jax.process_index() == 0  # of several processes, the first writes the folder
     run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite, primary=primary,
-                           tensorboard=tensorboard, like=state if resume else None, written_with=written_with)
+                           tensorboard=tensorboard, like=state if resume else None,
+                           written_with={"algorithm": program.algorithm, **written_with})
     if resume:
         state = run.restored[0]
     first_update = updates_done(program, state, seeds)
@@ -275,26 +281,14 @@ def train(
         if program.check is not None:
             checked = program.check(state)
         if run.checkpoints is not None:
-            save_checkpoint(run.checkpoints, program.config, state, done, written_with)
+            save_checkpoint(run.checkpoints, program.config, state, done, written_with, program.algorithm)
     bar.close()
 
     rows = run.history()
-    # the last tenth of the rows that saw an episode end (a DQN row of a few agent steps may not)
-    returns = [row["episode_return"] for row in rows
-               if row.get("episode_return") is not None and np.isfinite(row["episode_return"])]
-    recent = returns[-max(1, len(returns) // 10):]
-    steps_run = (done - first_update) * program.steps_per_update * (seeds or 1)
-    summary = {
-        "env": getattr(config, "env_id", None),
-        "seeds": seeds or 1,
-        "timesteps" if program.unit == "step" else program.unit_plural: done * program.steps_per_update,
-        "updates": done,
-        "compile_s": round(compile_s, 2),
-        "run_s": round(run_s, 2),
-        f"{program.unit_plural}_per_second": round(steps_run / run_s, 1) if run_s > 0 else None,
-    }
-    if any("episode_return" in row for row in rows):
-        summary["final_episode_return"] = float(np.mean(recent)) if recent else None
+    summary = run_summary(config, rows, updates=done, steps=done * program.steps_per_update,
+                          steps_run=(done - first_update) * program.steps_per_update * (seeds or 1),
+                          compile_s=compile_s, run_s=run_s, seeds=seeds, unit=program.unit,
+                          unit_plural=program.unit_plural)
     if program.summarize is not None:
         summary.update(program.summarize(rows))
     summary.update(checked)
@@ -302,6 +296,57 @@ def train(
         summary.update(_evaluate(program, state, config.seed, seeds))
     run.finish(summary, lambda rows: plot(rows, program))
     return RunResult.of_run(config, state, run, summary)
+
+
+def default_log_every(num_updates: int) -> int:
+    """Every driver's ``log_every`` when none is given: about 100 rows in a run of ``num_updates``
+    updates (a row every update in a run of fewer than 200)."""
+    return max(1, num_updates // 100)
+
+
+def count_key(unit: str = "step", unit_plural: str = "steps") -> str:
+    """The key of the units done, in a summary and in a row: "timesteps" for env steps, else the
+    unit's plural (e.g. "trajectories")."""
+    return "timesteps" if unit == "step" else unit_plural
+
+
+def run_summary(config: Any, rows: list[dict[str, Any]], *, updates: int, steps: int, steps_run: int,
+                compile_s: float | None, run_s: float, seeds: int | None = None, unit: str = "step",
+                unit_plural: str = "steps") -> dict[str, Any]:
+    """The entries every driver's summary.json starts with, ``train``'s and the host-driven ones'
+    (``labcore.host_run``): env, seeds, the units done (``count_key``: "timesteps" or e.g.
+    "trajectories"), updates, compile_s, run_s, ``<unit_plural>_per_second`` and, when a row holds an
+    episode return, final_episode_return.
+
+    rows: every row of the run. steps: the units done in all (a resumed run's earlier ones too);
+    steps_run: those this call ran (every seed's), which the rate divides by run_s. compile_s: None
+    for a driver whose compiles happen inside its loop (they are then part of run_s).
+    final_episode_return: the mean of the last tenth of the rows' returns, of the rows that saw an
+    episode end (a DQN row of a few agent steps may not).
+    """
+    returns = [row["episode_return"] for row in rows
+               if row.get("episode_return") is not None and np.isfinite(row["episode_return"])]
+    recent = returns[-max(1, len(returns) // 10):]
+    summary = {
+        "env": getattr(config, "env_id", None),
+        "seeds": seeds or 1,
+        count_key(unit, unit_plural): steps,
+        "updates": updates,
+        "compile_s": None if compile_s is None else round(compile_s, 2),
+        "run_s": round(run_s, 2),
+        f"{unit_plural}_per_second": round(steps_run / run_s, 1) if run_s > 0 else None,
+    }
+    if any("episode_return" in row for row in rows):
+        summary["final_episode_return"] = float(np.mean(recent)) if recent else None
+    return summary
+
+
+def show_on_bar(bar: Any, row: Mapping[str, Any], shown: Mapping[str, str]) -> None:
+    """Show a logged row's metrics on a progress bar (``Program.shown``: label -> metric), once
+    the row holds every one of them."""
+    values = {label: row.get(name) for label, name in shown.items()}
+    if values and all(value is not None for value in values.values()):
+        bar.set_postfix({label: f"{value:.2f}" for label, value in values.items()}, refresh=False)
 
 
 def _evaluate(program: Program, state: Any, seed: int, seeds: int | None) -> dict[str, Any]:
@@ -357,13 +402,16 @@ def plot(rows: list[dict[str, Any]], program: Program):
 
 
 def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step: int,
-                    written_with: Mapping[str, Any] | None = None):
-    """Checkpoint ``state`` at update ``step``, with the config and ``written_with`` (the number of
-    seeds, ``Program.written_with``) beside it. Every process of a multi-process run calls it."""
+                    written_with: Mapping[str, Any] | None = None, algorithm: str = ""):
+    """Checkpoint ``state`` at update ``step``, its metadata in the schema of ``labcore.checkpoint``
+    (``algorithm``: ``Program.algorithm``; driver "labcore.loop"), with "update_step" and
+    ``written_with`` (the number of seeds, ``Program.written_with``) beside it. Every process of a
+    multi-process run calls it."""
     from labcore import checkpoint  # here: orbax loads only for a run that writes a checkpoint
 
-    return checkpoint.save(directory, step, state, {"config": runs.config_dict(config), "update_step": step,
-                                                    "seeds": None, **(written_with or {})})
+    extra = {"update_step": step, "seeds": None, **(written_with or {})}
+    return checkpoint.save(directory, step, state,
+                           checkpoint.run_metadata(algorithm, __name__, runs.config_dict(config), step, **extra))
 
 
 def config_from_dict(config_class: type, fields: Mapping[str, Any]) -> Any:
@@ -377,13 +425,15 @@ def config_from_dict(config_class: type, fields: Mapping[str, Any]) -> Any:
 
 
 def load_checkpoint(path: str | os.PathLike, config_class: type, make_program: MakeProgram,
-                    step: int | None = None) -> tuple[Any, Any]:
+                    step: int | None = None, algorithm: str = "") -> tuple[Any, Any]:
     """(config, state) from a run folder or its checkpoints/ folder (default: the newest step); a
-    run of several seeds gives their state, leaves [seeds, ...]."""
+    run of several seeds gives their state, leaves [seeds, ...]. algorithm: the registry name of
+    ``make_program``'s programs; a checkpoint of another is refused before anything is built
+    (``labcore.checkpoint.expect``: WrongCheckpoint, naming what the folder holds)."""
     from labcore import checkpoint
 
     directory = runs.checkpoint_dir(path)
-    metadata = checkpoint.restore_metadata(directory, step)
+    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), algorithm, path)
     config = config_from_dict(config_class, metadata["config"])
     seeds = metadata.get("seeds")
     init = make_program(config).init if seeds is None else jax.vmap(make_program(config).init)

@@ -116,7 +116,9 @@ class RunDir:
         ``log`` refuses. The newest checkpoint's metadata "config", where it has one, must equal
         ``config`` (else ValueError, naming the fields that differ), and so must every entry of
         ``written_with`` (other metadata a resume must match, e.g. {"seeds": 4}; else ValueError
-        naming it); no checkpoint is a FileNotFoundError. Without resume, a folder holding any of RUN_FILES is refused
+        naming it). Its "algorithm" entry (a registry name) is checked first: a checkpoint of another
+        is ``labcore.checkpoint.WrongCheckpoint``, one that names none is taken (``checkpoint.expect``).
+        No checkpoint is a FileNotFoundError. Without resume, a folder holding any of RUN_FILES is refused
         (FileExistsError) unless ``overwrite``, which deletes those files (and the TensorBoard event
         files). A ``path`` that is a file is refused (NotADirectoryError). config.json is written
         either way. tensorboard: also write the rows as TensorBoard event files (a resumed run's are
@@ -303,6 +305,8 @@ def _restore_intact(
         try:
             target = like(checkpoint.restore_metadata(checkpoints, step)) if callable(like) else like
             state, metadata = checkpoint.restore(checkpoints, target, step)
+        except checkpoint.WrongCheckpoint:  # another algorithm's (``checkpoint.expecting``), not damage
+            raise
         except Exception as err:  # noqa: BLE001  (orbax and tensorstore raise many kinds on a damaged file)
             reason = _first_cause(err)
             _quiet_abandoned_reads()
@@ -382,16 +386,19 @@ def _first_cause(err: BaseException) -> str:
 
 
 def _check_config(checkpoints: Path, step: int, config: Any, written_with: Mapping[str, Any] | None = None) -> None:
-    """ValueError unless checkpoint ``step`` was written with ``config`` (compared as JSON data)
-    and with each entry of ``written_with`` (a missing entry reads as None). A checkpoint whose
-    metadata cannot be read is left to the restore, which reports it."""
+    """ValueError unless checkpoint ``step`` was written by ``written_with["algorithm"]`` (first:
+    ``checkpoint.expect``), with ``config`` (compared as JSON data) and with each other entry of
+    ``written_with`` (a missing entry reads as None). A checkpoint whose metadata cannot be read is
+    left to the restore, which reports it."""
     from labcore import checkpoint
 
     try:
         metadata = checkpoint.restore_metadata(checkpoints, step)
     except Exception:  # noqa: BLE001
         return
-    for name, wanted in (written_with or {}).items():
+    written_with = dict(written_with or {})
+    checkpoint.expect(metadata, written_with.pop("algorithm", ""), checkpoints.parent)
+    for name, wanted in written_with.items():
         if metadata.get(name) != wanted:
             raise ValueError(f"{name}: the run in {checkpoints.parent} was written with {name}={metadata.get(name)}, "
                              f"this resume asks for {name}={wanted}; resume it with {name}={metadata.get(name)}")
@@ -401,7 +408,8 @@ def _check_config(checkpoints: Path, step: int, config: Any, written_with: Mappi
     current = json.loads(json.dumps(config_dict(config)))  # tuples -> lists, as the metadata holds them
     different = sorted(name for name in current.keys() | saved.keys() if current.get(name) != saved.get(name))
     if different:
-        raise ValueError(f"resume: the checkpoint in {checkpoints} was written with a different config: {different}")
+        held = f" (algorithm {metadata['algorithm']})" if metadata.get("algorithm") else ""  # maybe another driver's
+        raise ValueError(f"resume: the checkpoint in {checkpoints}{held} was written with a different config: {different}")
 
 
 def progress_bar(total: int, *, desc: str, unit: str, initial: int = 0, enabled: bool = True, unit_scale: bool = False):

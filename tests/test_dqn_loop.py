@@ -34,15 +34,16 @@ def test_bad_environment_fails_before_training(config, message, tmp_path):
 
 
 def test_same_seed_same_result_and_exact_resume(tmp_path):
-    straight = dqn_loop.train(SMALL, run_dir=tmp_path / "straight", progress=False)
-    again = dqn_loop.train(SMALL, progress=False)
+    straight = dqn_loop.train(SMALL, run_dir=tmp_path / "straight", log_every=100, progress=False)
+    again = dqn_loop.train(SMALL, progress=False)  # log_every's default: 300 updates, a row every 3
     for a, b in zip(leaves(straight.state), leaves(again.state)):
         np.testing.assert_array_equal(a, b)
+    assert [row["update"] for row in again.metrics] == list(range(3, 301, 3))
     # Interrupted mid-chunk (1503 is not a multiple of train_frequency), then resumed.
-    first = dqn_loop.train(SMALL, run_dir=tmp_path / "resumed", stop_at=1_503, progress=False)
-    assert first.summary["steps"] == 1_503
-    resumed = dqn_loop.train(SMALL, run_dir=tmp_path / "resumed", resume=True, progress=False)
-    assert resumed.summary["steps"] == SMALL.total_steps
+    first = dqn_loop.train(SMALL, run_dir=tmp_path / "resumed", log_every=100, stop_at=1_503, progress=False)
+    assert (first.summary["timesteps"], first.summary["updates"]) == (1_503, 150)
+    resumed = dqn_loop.train(SMALL, run_dir=tmp_path / "resumed", log_every=100, resume=True, progress=False)
+    assert (resumed.summary["timesteps"], resumed.summary["updates"]) == (SMALL.total_steps, 300)
     assert int(resumed.state.update_count) == int(straight.state.update_count) > 200
     for a, b in zip(leaves(straight.state), leaves(resumed.state)):
         np.testing.assert_array_equal(a, b)
@@ -52,11 +53,12 @@ def test_same_seed_same_result_and_exact_resume(tmp_path):
     from labcore.logging import read_metrics
 
     untimed = lambda rows: [{k: v for k, v in row.items() if k not in ("time", "steps_per_second")} for row in rows]  # noqa: E731
-    assert [row["step"] for row in read_metrics(tmp_path / "resumed")] == [1_000, 1_503, 2_000, 3_000]
+    assert [row["timesteps"] for row in read_metrics(tmp_path / "resumed")] == [1_000, 1_503, 2_000, 3_000]
+    assert [row["update"] for row in read_metrics(tmp_path / "resumed")] == [100, 150, 200, 300]
     resumed_rows = untimed(read_metrics(tmp_path / "resumed"))
     assert resumed_rows[:1] + resumed_rows[2:] == untimed(read_metrics(tmp_path / "straight"))
     # A different seed gives different parameters (the comparison above can fail).
-    other = dqn_loop.train(dataclasses.replace(SMALL, seed=1), progress=False)
+    other = dqn_loop.train(dataclasses.replace(SMALL, seed=1), log_every=100, progress=False)
     assert any(not np.array_equal(a, b) for a, b in zip(leaves(straight.state), leaves(other.state)))
 
 
@@ -71,9 +73,15 @@ def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
 
     result = dqn_loop.train(SMALL, run_dir=tmp_path, log_every=1_000 // SMALL.train_frequency, progress=False)
     rows = read_metrics(tmp_path)
-    assert [row["step"] for row in rows] == [1_000, 2_000, 3_000] and rows == result.metrics
+    assert [row["timesteps"] for row in rows] == [1_000, 2_000, 3_000] and rows == result.metrics
+    assert [row["update"] for row in rows] == [100, 200, 300]
     assert {"loss", "episode_return", "epsilon", "steps_per_second"} <= set(rows[-1])
-    assert (tmp_path / "metrics.csv").read_text().splitlines()[0].startswith("step,episodes,episode_return")
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[0].startswith("update,timesteps,episodes,episode_return")
+    # the summary: the entries every driver writes first (labcore.loop.run_summary), then the host loop's own
+    assert list(result.summary) == ["env", "seeds", "timesteps", "updates", "compile_s", "run_s", "steps_per_second",
+                                    "final_episode_return", "episodes"]
+    assert result.summary["timesteps"] == 3_000 and result.summary["updates"] == 300
+    assert (tmp_path / "metrics.png").is_file()
 
 
 @pytest.mark.end_to_end

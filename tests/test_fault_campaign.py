@@ -142,7 +142,7 @@ def host_loop_driver() -> Driver:
         return host_loop.train(config, run_dir=run_dir, checkpoint_every=CHECKPOINT_EVERY, log_every=5, resume=resume,
                                progress=False)
 
-    return Driver("DQN host loop", config, "step", train, host_loop.checkpoint_template(config),
+    return Driver("DQN host loop", config, "timesteps", train, host_loop.checkpoint_template(config),
                   lambda updates: updates * config.train_frequency, unpinned=("envs",))
 
 

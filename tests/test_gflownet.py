@@ -274,6 +274,26 @@ def test_hybrid_and_torch_trainers_track_each_other():
     assert all(v > 0 for v in hybrid_run["seconds"].values())
 
 
+def test_a_host_trainer_writes_the_shared_summary_and_about_a_hundred_rows(tmp_path):
+    """trainer="torch" through labcore.agents.gflownet.train (labcore.host_run): without log_every
+    a row every iterations // 100, keyed by update with the trajectories sampled; the summary starts
+    with the entries every driver writes, then the GFlowNet's, then the evaluation's."""
+    import json
+
+    from labcore.agents import gflownet as gflownet_agent
+
+    config = gflownet_agent.Config(trainer="torch", loss="tb", ndim=2, height=4, iterations=200, batch_size=8,
+                                   hidden_size=16, l1_samples=200)
+    result = gflownet_agent.train(config, tmp_path)
+    assert [row["update"] for row in result.metrics] == list(range(2, 201, 2))
+    assert list(result.metrics[0]) == ["update", "trajectories", "loss", "l1"] and result.metrics[0]["trajectories"] == 16
+    assert list(result.summary) == ["env", "seeds", "trajectories", "updates", "compile_s", "run_s",
+                                    "trajectories_per_second", "trainer", "loss", "final_l1", "seconds",
+                                    "eval_samples", "eval_l1"]
+    assert (result.summary["env"], result.summary["trajectories"], result.summary["updates"]) == ("HyperGrid 2x4", 1600, 200)
+    assert json.loads((tmp_path / "summary.json").read_text()) == result.summary and (tmp_path / "metrics.png").is_file()
+
+
 def test_jax_sampler_makes_valid_trajectories():
     from labcore.agents.gflownet.core import GFlowNetConfig
 

@@ -189,6 +189,10 @@ def test_every_mode_logs_the_same_columns_and_epoch_rhythm(runs):
             assert (row["loss"] is None) == (epoch < FIRST_TRAINED), (mode, row)
             assert row["epsilon"] == pytest.approx((1 - SMALL["epsilon_decay"]) ** epoch, rel=1e-6)
         assert result.summary["mode"] == mode and result.summary["epochs"] == EPOCHS
+        # every mode's summary starts with the entries every driver writes (labcore.loop.run_summary)
+        assert list(result.summary)[:7] == ["env", "seeds", "timesteps", "updates", "compile_s", "run_s",
+                                            "steps_per_second"], mode
+        assert result.summary["updates"] == EPOCHS and result.summary["timesteps"] == EPOCHS * 20 * 3  # turns x agents
         # The agents' parameters, stacked in the Flax layout, in every mode.
         iqn_run.check_params(params(result), result.config)
 
@@ -311,12 +315,12 @@ def test_a_world_count_mismatch_is_a_clear_error(runs):
 
 def test_evaluate_plays_greedily_without_learning(runs):
     result = runs["jax_fused"]
-    report = iqn_run.evaluate(result.config, params(result), epochs=3)
+    report = iqn_run.play(result.config, params(result), epochs=3)
     assert len(report["gems"]) == 3 and len(report["gems_per_world"]) == 3
-    assert report == iqn_run.evaluate(result.config, params(result), epochs=3)  # deterministic, params untouched
-    assert report != iqn_run.evaluate(result.config, params(result), epochs=3, epsilon=1.0)
+    assert report == iqn_run.play(result.config, params(result), epochs=3)  # deterministic, params untouched
+    assert report != iqn_run.play(result.config, params(result), epochs=3, epsilon=1.0)
     with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
-        iqn_run.evaluate(result.config, params(result), epochs=0)
+        iqn_run.play(result.config, params(result), epochs=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,8 +337,8 @@ def test_learning_gems_per_epoch_rise(mode):
     gems = np.array([row["gems"] for row in result.metrics])
     first, last = gems[:60].mean(), gems[-60:].mean()
     assert last > 1.25 * first, (first, last)
-    greedy = iqn_run.evaluate(result.config, params(result), epochs=20)["mean_gems"]
-    random_play = iqn_run.evaluate(result.config, params(result), epochs=20, epsilon=1.0)["mean_gems"]
+    greedy = iqn_run.play(result.config, params(result), epochs=20)["mean_gems"]
+    random_play = iqn_run.play(result.config, params(result), epochs=20, epsilon=1.0)["mean_gems"]
     assert greedy > random_play, (greedy, random_play)
 
 

@@ -151,8 +151,10 @@ def test_dqn_run_folder_mirrors_its_metrics_in_tensorboard(tmp_path):
 
     config = dqn.DQNConfig(total_steps=600, buffer_size=500, batch_size=32, learning_starts=200, hidden_sizes=(16,))
     result = dqn_loop.train(config, run_dir=tmp_path, log_every=10, progress=False)  # updates of 10 agent steps
-    scalars = assert_mirrors_jsonl(tmp_path, "step", ("loss", "epsilon", "steps_per_second"))
+    # at their agent step: the host loop's checkpoints, which a resume cuts the rows at, count agent steps
+    scalars = assert_mirrors_jsonl(tmp_path, "timesteps", ("loss", "epsilon", "steps_per_second", "update"))
     assert [step for step, _ in scalars["epsilon"]] == [100, 200, 300, 400, 500, 600]
+    assert [update for _, update in scalars["update"]] == [10, 20, 30, 40, 50, 60]
     assert len(result.metrics) == 6
 
 

@@ -43,10 +43,15 @@ slows the learner.
 Why this driver keeps a loop of its own instead of ``labcore.loop.train``: the learner's steps are
 driven by rollouts arriving from other processes, in an order the operating system decides, so
 there is no pure ``run(state, n)`` to compile. It uses the shared driver's pieces:
-``labcore.runs.RunDir`` (run folder, metrics, resume from the newest intact checkpoint) and
-``labcore.checkpoint``, and returns its result type, ``labcore.loop.RunResult``: ``state`` is the
-learner's final ``TrainState``, and ``summary`` (summary.json) holds what an asynchronous run adds:
-actor and learner rates, staleness, restarts, lost transitions, transitions per node, the actors.
+``labcore.host_run.HostRun`` (run folder, rows, resume from the newest intact checkpoint, summary,
+plot) and ``labcore.checkpoint``, and returns its result type, ``labcore.loop.RunResult``:
+``state`` is the learner's final ``TrainState``. One update is one learner update; ``log_every``
+and ``checkpoint_every`` count them. Rows hold the "update" and "timesteps" (transitions received
+from all actors). ``summary`` (summary.json) starts with the entries every driver writes (env,
+seeds, timesteps, updates; compile_s: from the start to the first rollout received, the actors'
+start and compiles; run_s and steps_per_second, all actors together: from then on), then adds what
+an asynchronous run has: transitions lost, restarts, staleness, the learner's rate, transitions
+per node, the actors, and the greedy evaluation.
 """
 
 from __future__ import annotations
@@ -56,14 +61,18 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from labcore import loop, ray_cluster, runs
+from labcore import loop, ray_cluster
 from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (load_checkpoint: this driver's, for the registry)
+    Counters as _Counters, load_checkpoint, restore as _restore, save as _save)
+from labcore.host_run import HostRun
 
 ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works
+PLOTTED = ("episode_return", "loss", "staleness")
 
 
 class RolloutActor:
@@ -148,7 +157,7 @@ def run(
     envs_per_actor: int = 4,
     rollout_steps: int = 32,
     broadcast_every: int = 10,
-    log_every: int = 200,
+    log_every: int | None = None,
     *,
     address: str | None = None,
     max_restarts: int = 3,
@@ -159,6 +168,7 @@ def run(
     resume: bool = False,
     overwrite: bool = False,
     tensorboard: bool = True,
+    evaluate: bool = True,
     on_log: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     stall_timeout_s: float = 120.0,
     actor_deadline_s: float | None = 60.0,
@@ -168,11 +178,14 @@ def run(
 
     address: None joins the Ray this process runs, or starts one here on 127.0.0.1 (stopped at the
     end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
-    checkpoint_every count learner updates. on_log(row, actors) is called after each metrics row
-    with the actors' table (rank, node_id, pid, restarts, transitions). timeout_s: a limit on the
-    whole run (None: none); stall_timeout_s: the longest wait for any rollout; actor_deadline_s: the
-    longest an actor may go without delivering a rollout (from its start or restart, or its last
-    delivery; the first one includes its compiles) before it is killed and restarted (None: never).
+    checkpoint_every count updates, learner updates (log_every's default: ``loop.default_log_every``
+    of the run's ``total_updates(config)``, about 100 rows). on_log(row, actors) is called after
+    each metrics row with the actors' table (rank, node_id, pid, restarts, transitions). evaluate:
+    end with the greedy evaluation of the final parameters (eval_returns, eval_return_mean in the
+    summary). timeout_s: a limit on the whole run (None: none); stall_timeout_s: the longest wait
+    for any rollout; actor_deadline_s: the longest an actor may go without delivering a rollout (from
+    its start or restart, or its last delivery; the first one includes its compiles) before it is
+    killed and restarted (None: never).
     """
     _check_settings(num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_steps=rollout_steps,
                     broadcast_every=broadcast_every, log_every=log_every, checkpoint_every=checkpoint_every)
@@ -186,6 +199,7 @@ def run(
                           ("actor_deadline_s", actor_deadline_s)):
         if seconds is not None and seconds <= 0:
             raise ValueError(f"{name} must be > 0, got {seconds}")
+    log_every = loop.default_log_every(total_updates(config)) if log_every is None else log_every
     import ray
 
     started_ray = not ray.is_initialized()
@@ -195,17 +209,23 @@ def run(
         # with fewer cores (they then share them, as processes do).
         ray_cluster.init(address, num_cpus=max(os.cpu_count() or 1, int(np.ceil(num_actors * cpus_per_actor)) + 1)
                          if address is None else None)
-        run = runs.RunDir.open(run_dir, config, step_key="updates", resume=resume, overwrite=overwrite,
-                               tensorboard=tensorboard)
+        host = HostRun.open(run_dir, config, name=f"DQN actor-learner on {config.env_id}",
+                            total_steps=config.total_steps, plotted=PLOTTED, resume=resume, overwrite=overwrite,
+                            tensorboard=tensorboard, progress=False)  # it shows rows (on_log), never a bar
         try:
-            return _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
+            return _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
                           max_restarts, cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s,
-                          timeout_s, actor_deadline_s)
+                          timeout_s, actor_deadline_s, evaluate)
         finally:
-            run.logger.close()
+            host.close()
     finally:
         if started_ray and ray.is_initialized():
             ray.shutdown()
+
+
+def total_updates(config: dqn.DQNConfig) -> int:
+    """The learner updates of a run: one per ``train_frequency`` transitions received past ``learning_starts``."""
+    return max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
 
 
 def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
@@ -222,21 +242,9 @@ def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
     return [ref for ref in pending if ref in back]
 
 
-class _Counters(NamedTuple):
-    """What a checkpoint keeps besides arrays (JSON metadata)."""
-
-    received: int
-    updates: int
-    lost: int
-    seconds: float
-    credit: float  # updates owed for transitions received, not yet made
-    by_node: dict[str, int]
-    restarts: list[int]  # per actor rank
-
-
-def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
+def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
            cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s,
-           actor_deadline_s=None) -> loop.RunResult:
+           actor_deadline_s=None, evaluate=True) -> loop.RunResult:
     import jax
     import ray
     from ray.exceptions import ActorDiedError, RayActorError
@@ -252,7 +260,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     buffer = replay.init(agent.example, config.buffer_size)
     add_batch = jax.jit(replay.add_batch, donate_argnums=0)
     sample = jax.jit(replay.sample, static_argnums=2)
-    total_updates = max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
+    run, last_update = host.run, total_updates(config)
     before = _Counters(0, 0, 0, 0.0, 0.0, {}, [0] * num_actors)
     if run.awaiting_restore:
         state, buffer, key, before = _restore(run, state, buffer)
@@ -335,6 +343,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
 
     for rank in range(num_actors):
         ask(rank)
+    host.start(steps=received)
     started = time.perf_counter()
     last_heard = [started] * num_actors  # each actor's start, restart or last delivery
     delivered = [False] * num_actors  # whether it has delivered since its start or restart
@@ -350,7 +359,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
     staleness: list[int] = []
     returns: list[float] = []
     try:
-        while updates < total_updates:
+        while updates < last_update:
             now = time.perf_counter()
             if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"actor-learner run exceeded {timeout_s:.0f} s")
@@ -402,7 +411,7 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                 if received > config.learning_starts:
                     staleness.append(updates - out["version"])
                     credit += min(batch, received - config.learning_starts) / config.train_frequency
-                while credit >= 1 and updates < total_updates:
+                while credit >= 1 and updates < last_update:
                     key, sample_key = jax.random.split(key)
                     state, metrics = update(state, sample(buffer, sample_key, config.batch_size))
                     updates += 1
@@ -411,22 +420,21 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
                         params_ref, version = ray.put(jax.device_get(state.params)), updates
                     if updates % log_every == 0:
                         recent = returns[-20:]
-                        row = run.log({
-                            "updates": updates, "step": received, "loss": float(metrics["loss"]),
+                        row = host.log(updates, {
+                            "loss": float(metrics["loss"]),
                             "episode_return": float(np.mean(recent)) if recent else None,
                             "staleness": float(np.mean(staleness[-50:])) if staleness else 0.0,
                             "transitions_lost": lost, "actor_restarts": sum(a["restarts"] for a in actors),
                             "silent_restarts": sum(a["silent_restarts"] for a in actors),
                             "seconds": before.seconds + time.perf_counter() - started,
                             **{f"transitions_node_{node[:12]}": count for node, count in sorted(by_node.items())},
-                        })
+                        }, steps=received)
                         if on_log is not None:
                             on_log(row, [dict(a) for a in actors])
                     if checkpoint_every is not None and updates % checkpoint_every == 0:
                         save()
-                if updates < total_updates and rank not in restarting.values():
+                if updates < last_update and rank not in restarting.values():
                     ask(rank)
-        wall = time.perf_counter() - started
         acting_seconds = max(time.perf_counter() - (first_data or started), 1e-9)
     except (TimeoutError, RuntimeError):
         if checkpoint_every is not None and updates > before.updates:
@@ -437,44 +445,22 @@ def _train(config, run, num_actors, envs_per_actor, rollout_steps, broadcast_eve
             ray.kill(handle, no_restart=True)
     if checkpoint_every is not None and updates % checkpoint_every:
         save()
-    evaluate = jax.jit(agent.evaluate)
-    eval_returns = np.asarray(evaluate(state.params, jax.random.key(config.seed + 1)))
-    summary = {
-        "updates": updates,  # in all, a resumed run's earlier ones included
-        "transitions": received,  # received, in all
+    own = {
         "transitions_lost": lost,  # in rollouts that died with their actor
         "actor_restarts": sum(a["restarts"] for a in actors),  # actor processes Ray started again
         "silent_restarts": sum(a["silent_restarts"] for a in actors),  # of them, killed for a missed deadline
         "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,  # updates between acting and learning
-        # Rates of this call, from the first rollout received (start-up and compiles excluded).
-        "actor_steps_per_second": round((received - before.received) / acting_seconds, 1),  # all actors together
+        # this call's, from the first rollout received (start-up and compiles excluded), as steps_per_second
         "learner_updates_per_second": round((updates - before.updates) / acting_seconds, 1),
-        "wall_time_s": round(wall, 1),
-        "eval_returns": [float(score) for score in eval_returns],  # greedy episodes of the final parameters
-        "eval_return_mean": float(eval_returns.mean()),
         "transitions_by_node": dict(by_node),  # Ray node id -> transitions its actors delivered
         "actors": [dict(actor) for actor in actors],  # rank, node_id, pid (the newest), restarts, transitions
     }
-    run.finish(summary)
-    return loop.RunResult.of_run(config, jax.device_get(state), run, summary)
-
-
-def _save(directory, updates: int, state, buffer, key, config, counters: _Counters) -> None:
-    import jax
-
-    from labcore import checkpoint
-
-    checkpoint.save(directory, updates, {"train_state": state, "replay": buffer, "key": jax.random.key_data(key)},
-                    {"config": runs.config_dict(config), **counters._asdict()})
-
-
-def _restore(run: runs.RunDir, state, buffer):
-    """(train state, replay buffer, key, counters) of the run's newest intact checkpoint."""
-    import jax
-    import jax.numpy as jnp
-
-    like = {"train_state": state, "replay": buffer, "key": jax.random.key_data(jax.random.key(0))}
-    restored, metadata = run.restore(like).restored
-    counters = _Counters(**{name: metadata[name] for name in _Counters._fields})
-    return (restored["train_state"], restored["replay"], jax.random.wrap_key_data(jnp.asarray(restored["key"])),
-            counters)
+    evaluation = {}
+    if evaluate:  # greedy episodes of the final parameters
+        eval_returns = np.asarray(jax.jit(agent.evaluate)(state.params, jax.random.key(config.seed + 1)))
+        evaluation = {"eval_returns": [float(score) for score in eval_returns],
+                      "eval_return_mean": float(eval_returns.mean())}
+    # updates and timesteps (transitions received) in all, a resumed run's earlier ones included
+    return host.finish(jax.device_get(state), updates=updates, steps=received,
+                       compile_s=(first_data or started) - started, run_s=acting_seconds, extra=own,
+                       evaluation=evaluation)

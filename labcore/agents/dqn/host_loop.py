@@ -19,18 +19,19 @@ a chunk, this is the same algorithm as storing every step at once. PRNG keys are
     returns = evaluate(result.config, result.state.params, episodes=20)
 
 A run directory (``labcore.runs.RunDir``) holds ``config.json``, ``metrics.jsonl`` / ``metrics.csv``
-(rows keyed by "step", agent steps; TensorBoard event files of the same rows), ``checkpoints/``
-(by agent step), ``summary.json`` and ``metrics.png``; ``train`` with ``resume=True`` continues
-from the newest checkpoint there, drops the rows logged after it (they are logged again), and,
-when the replay buffer and the environments were saved with it, continues exactly as if never
-stopped.
+(rows with the "update" and "timesteps", agent steps; TensorBoard event files of the same rows,
+at their agent step), ``checkpoints/`` (by agent step), ``summary.json`` (``labcore.host_run``:
+the entries every driver writes, then "episodes" and the evaluation's) and ``metrics.png``;
+``train`` with ``resume=True`` continues from the newest checkpoint there, drops the rows logged
+after it (they are logged again), and, when the replay buffer and the environments were saved with
+it, continues exactly as if never stopped.
 
 Why this driver keeps a loop of its own instead of ``labcore.loop.train``: that driver runs a pure
 ``run(state, n)`` compiled whole, and a gymnasium env (Atari through ale-py) is a Python object
 stepped on the host, which no compiled program can hold. It uses the same pieces as the shared
-driver: ``labcore.runs.RunDir`` (run folder, metrics, resume from the newest intact checkpoint),
-``labcore.checkpoint``, and returns its result type, ``labcore.loop.RunResult`` (``state`` is the
-final ``TrainState``).
+driver: ``labcore.host_run.HostRun`` (run folder, progress bar, rows, resume from the newest intact
+checkpoint, summary, plot), ``labcore.checkpoint``, and returns its result type,
+``labcore.loop.RunResult`` (``state`` is the final ``TrainState``).
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ from labcore import checkpoint, envs, loop, replay, runs
 from labcore.agents.dqn import frame_replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN, make_dqn
+from labcore.host_run import HostRun
 from labcore.nets.q_networks import make_q_network
 
 PLOTTED = ("episode_return", "loss", "epsilon")
+ALGORITHM = "dqn-host"  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 
 def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -197,7 +200,7 @@ def train(
     config: dqn.DQNConfig,
     *,
     run_dir: str | os.PathLike | None = None,
-    log_every: int = 100,
+    log_every: int | None = None,
     checkpoint_every: int | None = None,
     save_replay: bool = True,
     resume: bool = False,
@@ -212,7 +215,10 @@ def train(
     run_dir: where metrics and checkpoints go (None: metrics in memory, no checkpoints).
     log_every: updates between metric rows, counted as on every driver (``labcore.loop``): one
       update is ``train_frequency`` agent steps and (past ``learning_starts``) one gradient step,
-      so a row every ``log_every * train_frequency`` agent steps. Rows are keyed by agent step.
+      so a row every ``log_every * train_frequency`` agent steps (default
+      ``loop.default_log_every`` of the run's ``total_steps // train_frequency`` updates: about 100
+      rows). A row holds its "update" and "timesteps" (agent steps); the folder orders them, and a
+      resume cuts them, by agent step, as the checkpoints are numbered.
     checkpoint_every: updates between checkpoints (None: only at the end, if run_dir).
     save_replay: include the replay buffer and the pickled envs in checkpoints, which makes a
       resumed run continue exactly; without them a resume refills the buffer from scratch.
@@ -221,9 +227,16 @@ def train(
     stop_at: stop after this many agent steps (and checkpoint), as if interrupted; the
       schedules still follow ``total_steps``.
     overwrite: replace an earlier run in ``run_dir`` (without it, or resume, one is refused).
-    eval_episodes: episodes of ``evaluate`` at the end, into the summary (0: none).
+    eval_episodes: episodes of ``evaluate`` at the end, into the summary (0: none): eval_episodes,
+      eval_epsilon, eval_return_mean and eval_return_std, as the jitted DQN's evaluation.
     tensorboard: also write the metrics as TensorBoard event files in ``run_dir`` (labcore.runs).
+
+    The summary (``labcore.host_run``): env, seeds, timesteps (agent steps), updates, compile_s
+    (None: the loop compiles as it goes), run_s, steps_per_second, final_episode_return, then
+    episodes and the evaluation's entries.
     """
+    if log_every is None:
+        log_every = loop.default_log_every(config.total_steps // config.train_frequency)
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     if checkpoint_every is not None and checkpoint_every < 1:
@@ -233,8 +246,12 @@ def train(
     log_steps = log_every * config.train_frequency  # agent steps
     checkpoint_steps = None if checkpoint_every is None else checkpoint_every * config.train_frequency
     obs_shape, obs_dtype, num_actions = env_spec(config)  # fails early on a bad env
-    run = runs.RunDir.open(run_dir, config, step_key="step", resume=resume, overwrite=overwrite, tensorboard=tensorboard)
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
+    # Ordered by agent step: the checkpoints are numbered by agent step, and a resume cuts the rows at one.
+    host = HostRun.open(run_dir, config, name=f"DQN on {config.env_id}", total_steps=end_step, plotted=PLOTTED,
+                        shown={"ret": "episode_return", "eps": "epsilon"}, step_key="timesteps", resume=resume,
+                        overwrite=overwrite, tensorboard=tensorboard, progress=progress)
+    run = host.run
 
     agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
     act, learn = make_act(config, agent), make_learn(config, agent)
@@ -268,9 +285,8 @@ def train(
     chunk_row, chunk_start = 0, step
 
     recent = deque(episode_returns[-20:], maxlen=20)
+    host.start(steps=step)
     started, last_log_time, last_log_step = time.perf_counter(), time.perf_counter(), step
-    first_step = step
-    bar = runs.progress_bar(end_step, desc=f"DQN {config.env_id}", unit="step", initial=step, enabled=progress)
     life_loss_terminal = config.life_loss_terminal and envs.atari.is_atari_id(config.env_id)
 
     while step < end_step:
@@ -287,7 +303,7 @@ def train(
         for score, _length in _finished_episodes(done, info):
             episode_returns.append(score)
             recent.append(score)
-        bar.update(config.num_envs)
+        host.advance(step)
         if step % steps_per_chunk and step < end_step:
             continue
 
@@ -306,7 +322,6 @@ def train(
         if step // log_steps > last_log_step // log_steps or step >= end_step:
             now = time.perf_counter()
             row = {
-                "step": step,
                 "episodes": len(episode_returns),
                 "episode_return": float(np.mean(recent)) if recent else None,
                 "epsilon": float(dqn.linear_epsilon(step, config)),
@@ -315,8 +330,7 @@ def train(
             }
             if metrics is not None:
                 row.update({name: float(value) for name, value in metrics.items()})
-            run.log(row)
-            bar.set_postfix(ret=row["episode_return"], eps=round(row["epsilon"], 3), sps=int(row["steps_per_second"]))
+            host.log(step // config.train_frequency, row, steps=step)
             last_log_time, last_log_step = now, step
         if run.checkpoints is not None and (
             step >= end_step or (checkpoint_steps is not None and step // checkpoint_steps > (step - steps_per_chunk) // checkpoint_steps)
@@ -325,23 +339,15 @@ def train(
                         "elapsed_s": elapsed_before + time.perf_counter() - started}
             _save(run.checkpoints, config, counters, train_state, replay_state, key, obs, vector_env, save_replay)
 
-    bar.close()
     vector_env.close()
-    wall_time = time.perf_counter() - started
-    summary = {"steps": step, "wall_time_s": round(wall_time, 1),
-               "steps_per_second": round((step - first_step) / max(wall_time, 1e-9), 1), "episodes": len(episode_returns),
-               "final_episode_return": float(np.mean(recent)) if recent else None}
+    host.stop()
+    evaluation = {}
     if eval_episodes:
-        scores = evaluate(config, train_state.params, episodes=eval_episodes)
-        summary.update(eval_mean=float(np.mean(scores)), eval_episodes=len(scores))
-    run.finish(summary, lambda rows: _plot(rows, config))
-    return loop.RunResult.of_run(config, train_state, run, summary)
-
-
-def _plot(rows: list[dict[str, Any]], config: dqn.DQNConfig):
-    from labcore.logging import plot_metrics
-
-    return plot_metrics(rows, PLOTTED, x_key="step", title=f"DQN on {config.env_id}")
+        scores = np.asarray(evaluate(config, train_state.params, episodes=eval_episodes))
+        evaluation = {"eval_episodes": int(scores.size), "eval_epsilon": config.eval_epsilon,
+                      "eval_return_mean": float(scores.mean()), "eval_return_std": float(scores.std())}
+    return host.finish(train_state, updates=step // config.train_frequency, steps=step,
+                       extra={"episodes": len(episode_returns)}, evaluation=evaluation)
 
 
 def _save(directory, config, counters, train_state, replay_state, key, obs, vector_env, save_replay):
@@ -359,16 +365,15 @@ def _save(directory, config, counters, train_state, replay_state, key, obs, vect
     if env_bytes is not None:
         state["envs"] = np.frombuffer(env_bytes, np.uint8)
     metrics = counters["metrics"]
-    metadata = {
-        "step": step,
-        "config": dataclasses.asdict(config),
-        "episode_returns": counters["episode_returns"],
-        "last_metrics": None if metrics is None else {name: float(value) for name, value in metrics.items()},
-        "elapsed_s": counters["elapsed_s"],
-        "has_replay": save_replay,
-        "has_envs": env_bytes is not None,
-        "envs_bytes": 0 if env_bytes is None else len(env_bytes),
-    }
+    metadata = checkpoint.run_metadata(
+        ALGORITHM, __name__, dataclasses.asdict(config), step,
+        episode_returns=counters["episode_returns"],
+        last_metrics=None if metrics is None else {name: float(value) for name, value in metrics.items()},
+        elapsed_s=counters["elapsed_s"],
+        has_replay=save_replay,
+        has_envs=env_bytes is not None,
+        envs_bytes=0 if env_bytes is None else len(env_bytes),
+    )
     checkpoint.save(directory, step, state, metadata)
 
 
@@ -394,8 +399,10 @@ def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None) -> Calla
 
 
 def _restore(run: runs.RunDir, config: dqn.DQNConfig, train_state, replay_state) -> dict[str, Any]:
-    """The loop's state at the run's newest intact checkpoint (RunDir.open has checked its config)."""
-    state, metadata = run.restore(checkpoint_template(config, train_state)).restored
+    """The loop's state at the run's newest intact checkpoint (RunDir.open has checked its config;
+    a checkpoint of another algorithm is refused here, before its arrays are read)."""
+    like = checkpoint.expecting(ALGORITHM, run.path, checkpoint_template(config, train_state))
+    state, metadata = run.restore(like).restored
     return {
         "train_state": jax.tree_util.tree_map(jnp.asarray, state["train_state"]),
         "replay": jax.tree_util.tree_map(jnp.asarray, state["replay"]) if metadata["has_replay"] else replay_state,
@@ -422,9 +429,10 @@ def _vector_env_from(env_list: list[gym.Env]) -> gym.vector.SyncVectorEnv:
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, dqn.TrainState]:
-    """(config, train state) from a run directory or its ``checkpoints`` folder, for evaluation."""
+    """(config, train state) from a run directory or its ``checkpoints`` folder, for evaluation; a
+    checkpoint of another algorithm is refused (``labcore.checkpoint.WrongCheckpoint``)."""
     directory = runs.checkpoint_dir(path)
-    metadata = checkpoint.restore_metadata(directory, step)
+    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), ALGORITHM, path)
     config = _config_from_metadata(metadata)
     state, _ = checkpoint.restore(directory, checkpoint_template(config)(metadata), step)
     return config, jax.tree_util.tree_map(jnp.asarray, state["train_state"])

@@ -265,6 +265,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
         plotted=PLOTTED,
         shown={"ret": "episode_return", "eps": "epsilon"},
         evaluate=evaluate_state,
+        algorithm="dqn-scan",
     )
 
 
@@ -294,7 +295,7 @@ def evaluation(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) ->
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, _Carry]:
     """(config, carry) from a run folder of ``train`` or its checkpoints/ folder (default: newest)."""
-    return loop.load_checkpoint(path, dqn.DQNConfig, make_program, step)
+    return loop.load_checkpoint(path, dqn.DQNConfig, make_program, step, algorithm="dqn-scan")
 
 
 def make_evaluate(

@@ -8,31 +8,35 @@
   device (the L1 of the last ``l1_samples`` terminal states against the exact target);
 * ``torch``, ``hybrid``, ``jax_policy``: the host trainers of ``labcore.agents.gflownet.trainers``
   (a PyTorch sampler, or a Python loop of jitted steps). They run to the end in one call, so they
-  write the same folder (config, the same rows, TensorBoard, plot, summary) but no checkpoint:
-  ``resume``, ``checkpoint_every`` and ``seeds`` are refused for them, naming ``trainer``.
+  write the same folder (config, the same rows, TensorBoard, plot, summary; through
+  ``labcore.host_run.HostRun``) but no checkpoint: ``resume``, ``checkpoint_every`` and ``seeds``
+  are refused for them, naming ``trainer``.
 
 One update is one iteration: a batch of ``batch_size`` trajectories sampled and one gradient step;
-``log_every`` and ``checkpoint_every`` count iterations. Rows: ``update`` (the iteration),
-``trajectories`` (sampled so far), ``loss``, ``l1`` (sum form, see ``labcore.envs.hypergrid``).
-The summary adds ``final_l1`` and, unless ``evaluate=False``, ``eval_l1``: the L1 of
-``l1_samples`` fresh samples of the trained policy (no exploration).
+``log_every`` and ``checkpoint_every`` count updates, iterations (without ``log_every``, about 100
+rows: ``labcore.loop.default_log_every``). Rows: ``update`` (the iteration), ``trajectories``
+(sampled so far), ``loss``, ``l1`` (sum form, see ``labcore.envs.hypergrid``). The summary starts
+with the entries every driver writes (``labcore.loop.run_summary``: env, seeds, trajectories,
+updates, compile_s, run_s, trajectories_per_second), then the trainer, the loss and ``final_l1``
+(the host trainers add ``seconds``, per phase) and, unless ``evaluate=False``, ``eval_l1``: the L1
+of ``l1_samples`` fresh samples of the trained policy (no exploration).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import logged_scan, loop, runs
+from labcore import logged_scan, loop
 from labcore.agents.gflownet import core
 from labcore.agents.gflownet.core import GFlowNetConfig
 from labcore.envs import hypergrid
+from labcore.host_run import HostRun
 
 PLOTTED = ("loss", "l1")
 
@@ -97,6 +101,7 @@ def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> l
         unit="trajectory",
         unit_plural="trajectories",
         x_key="update",
+        algorithm="gflownet",
     )
 
 
@@ -130,12 +135,14 @@ def evaluate(config: GFlowNetConfig, params: dict[str, Any], seed: int = 0) -> d
 _train_on_loop = loop.trainer(make_program, "the all-JAX GFlowNet")
 
 
-def train(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, *, log_every: int = 100,
+def train(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, *, log_every: int | None = None,
           **options: Any) -> loop.RunResult:
     """Train with ``config.trainer`` (see the module docstring), in ``run_dir`` if given; every
-    count in iterations. ``trainer="jax"`` takes every option of ``labcore.loop.train``; the host
+    count in updates, iterations (log_every's default: ``loop.default_log_every(config.iterations)``,
+    about 100 rows). ``trainer="jax"`` takes every option of ``labcore.loop.train``; the host
     trainers take ``overwrite``, ``tensorboard``, ``evaluate`` and ``progress`` (they show no bar).
     The result's ``state`` is the final ``TrainState`` (jax) or the final JAX parameters (host)."""
+    log_every = loop.default_log_every(config.iterations) if log_every is None else log_every
     if config.trainer == "jax":
         return _train_on_loop(config, run_dir, log_every=log_every, **options)
     return _train_on_host(config, run_dir, log_every, dict(options))
@@ -147,23 +154,22 @@ def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dic
     loop.refuse_program_options(options, "trainer", config.trainer, "the checkpointed all-JAX trainer (trainer='jax')")
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
-    folder = runs.RunDir.open(run_dir, config, step_key="update", overwrite=options.get("overwrite", False),
-                              tensorboard=options.get("tensorboard", True))
-    started = time.perf_counter()
+    # No bar: the trainer runs to its end in one call, and its rows are logged after it.
+    host = HostRun.open(run_dir, config, name=_name(config), total_steps=config.iterations * config.batch_size,
+                        unit="trajectory", unit_plural="trajectories", plotted=PLOTTED, x_key="update",
+                        overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
+                        progress=False)
+    host.start()
     result = trainers.train(config, log_every=log_every)
-    wall = time.perf_counter() - started
+    host.stop()
     for update, l1 in result["l1"]:
-        folder.log({"update": update, "trajectories": update * config.batch_size,
-                    "loss": result["losses"][update - 1], "l1": l1})
+        host.log(update, {"loss": result["losses"][update - 1], "l1": l1}, steps=update * config.batch_size)
     params = result["params"] if "params" in result else _torch_params(result["agent"])
-    summary = {**_summarize(config, folder.rows), "updates": config.iterations,
-               "trajectories": config.iterations * config.batch_size, "wall_time_s": round(wall, 1),
-               "trajectories_per_second": round(config.iterations * config.batch_size / wall, 1),
-               "seconds": {phase: round(value, 2) for phase, value in result["seconds"].items()}}
-    if options.get("evaluate", True):
-        summary.update(evaluate(config, params, config.seed + 1))
-    folder.finish(summary, lambda rows: _plot(rows, config))
-    return loop.RunResult.of_run(config, params, folder, summary)
+    own = {**_summarize(config, host.run.rows),
+           "seconds": {phase: round(value, 2) for phase, value in result["seconds"].items()}}
+    evaluation = evaluate(config, params, config.seed + 1) if options.get("evaluate", True) else {}
+    return host.finish(params, updates=config.iterations, steps=config.iterations * config.batch_size, extra=own,
+                       evaluation=evaluation)
 
 
 def _torch_params(agent) -> dict[str, Any]:
@@ -172,12 +178,6 @@ def _torch_params(agent) -> dict[str, Any]:
     return ref.to_jax_params(agent)
 
 
-def _plot(rows: list[dict[str, Any]], config: GFlowNetConfig):
-    from labcore.logging import plot_metrics
-
-    return plot_metrics(rows, PLOTTED, x_key="update", title=_name(config))
-
-
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[GFlowNetConfig, TrainState]:
     """(config, state) of an all-JAX run from its folder or checkpoints/ folder (default: newest step)."""
-    return loop.load_checkpoint(path, GFlowNetConfig, make_program, step)
+    return loop.load_checkpoint(path, GFlowNetConfig, make_program, step, algorithm="gflownet")

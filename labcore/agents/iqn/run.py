@@ -3,7 +3,7 @@
     config = IQNRunConfig(mode="jax_fused", epochs=200)
     result = train(config, run_dir="runs/iqn", checkpoint_every=50)   # labcore.loop.RunResult
     config, params = load_checkpoint("runs/iqn")             # the agents' parameters, checked
-    report = evaluate(config, params, epochs=10)             # greedy play (epsilon 0)
+    report = evaluate(config, params, seed=0, epochs=10)     # greedy and random play, as numbers
 
 ``train`` plays ``config.epochs`` epochs in ``config.mode`` (the same game and the same metrics
 in every mode, ``labcore.agents.iqn.runners``):
@@ -17,7 +17,8 @@ in every mode, ``labcore.agents.iqn.runners``):
   ``checkpoint_every``, ``resume`` and ``seeds`` are refused for them, naming ``mode``.
 
 One update is one epoch (the turns, then one train step per agent that can train, then the epsilon
-decay); ``log_every`` and ``checkpoint_every`` count epochs. Rows (``METRIC_COLUMNS``): ``update``
+decay); ``log_every`` and ``checkpoint_every`` count updates, epochs (without ``log_every``, about
+100 rows: ``labcore.loop.default_log_every``). Rows (``METRIC_COLUMNS``): ``update``
 (epochs done: the row of the first epoch is update 1); ``gems`` (gems collected in the epoch,
 summed over agents; the mean over worlds when num_worlds > 1) and ``gems_per_world`` (a list, one
 value per world); ``mean_reward`` (an agent's summed reward in the epoch, averaged over agents and
@@ -27,10 +28,12 @@ modes only, ``epoch_seconds`` (wall time).
 
 A run directory is a ``labcore.runs.RunDir``: ``config.json`` (``IQNRunConfig.as_dict()``),
 ``metrics.jsonl`` / ``metrics.csv`` (and TensorBoard event files, by update), ``metrics.png``,
-``summary.json`` and ``checkpoints/`` (orbax). ``load_checkpoint`` reads either kind of
-checkpoint and returns the agents' local parameters in the Flax layout of ``labcore.nets.iqn.IQN``
-with a leading agent axis ([n_agents, ...]; [num_worlds, n_agents, ...] when num_worlds > 1): the
-host modes save only those (the pytorch mode converts its networks with the bridge
+``summary.json`` (the entries every driver writes, ``labcore.loop.run_summary``, then the
+experiment's: mode, epochs, worlds, agents, first_gems, last_gems, final_epsilon; the host modes'
+median_epoch_seconds; the evaluation's) and ``checkpoints/`` (orbax). ``load_checkpoint`` reads
+either kind of checkpoint and returns the agents' local parameters in the Flax layout of
+``labcore.nets.iqn.IQN`` with a leading agent axis ([n_agents, ...]; [num_worlds, n_agents, ...]
+when num_worlds > 1): the host modes save only those (the pytorch mode converts its networks with the bridge
 ``iqn_params_to_flax``), the fused mode its whole state, so any run can be evaluated by the JAX
 code.
 """
@@ -39,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,8 @@ from labcore.agents.iqn.programs import (WorldRun, compile_lowered, fused_epoch,
                                          own_buffers, world_keys)
 from labcore.agents.iqn.run_config import IQNRunConfig
 from labcore.agents.iqn.runners import EpochNumbers, make_runner
-from labcore.runs import RunDir, checkpoint_dir, progress_bar
+from labcore.host_run import HostRun
+from labcore.runs import checkpoint_dir
 
 # evaluate's default seed: the key schedule of play after training, apart from the training seeds
 EVAL_SEED = 10_000
@@ -119,9 +122,7 @@ def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loo
                                         log_every=log_every, rows_per_burst=logged_scan.burst_rows(agent_steps, log_every))
 
     def evaluate_state(runs: WorldRun, seed: int) -> dict[str, Any]:
-        report = evaluate(config, agent_params(config, runs), seed=EVAL_SEED + seed)
-        return {"eval_epochs": len(report["gems"]), "eval_mean_gems": report["mean_gems"],
-                "eval_mean_reward": report["mean_reward"]}
+        return evaluate(config, agent_params(config, runs), seed=EVAL_SEED + seed)
 
     return loop.Program(
         config=config,
@@ -137,6 +138,7 @@ def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loo
         summarize=lambda rows: _summarize(config, rows),
         x_key="update",
         compile=compile_lowered,
+        algorithm="iqn",
     )
 
 
@@ -162,13 +164,15 @@ def agent_params(config: IQNRunConfig, state: Any) -> Any:
 _train_fused = loop.trainer(make_program, "the fused IQN")
 
 
-def train(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, *, log_every: int = 10,
+def train(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, *, log_every: int | None = None,
           **options: Any) -> loop.RunResult:
     """Train in ``config.mode`` (see the module docstring), in ``run_dir`` if given, a metrics row
-    every ``log_every`` epochs. ``jax_fused`` takes every option of ``labcore.loop.train`` (every
-    count in epochs); the host modes take ``overwrite``, ``tensorboard``, ``evaluate`` and
-    ``progress``. The result's ``state`` is the final ``WorldRun`` (jax_fused) or the agents'
-    parameters (host modes): ``agent_params`` gives the parameters of either."""
+    every ``log_every`` updates, epochs (default: ``loop.default_log_every(config.epochs)``, about
+    100 rows). ``jax_fused`` takes every option of ``labcore.loop.train`` (every count in updates);
+    the host modes take ``overwrite``, ``tensorboard``, ``evaluate`` and ``progress``. The result's
+    ``state`` is the final ``WorldRun`` (jax_fused) or the agents' parameters (host modes):
+    ``agent_params`` gives the parameters of either."""
+    log_every = loop.default_log_every(config.epochs) if log_every is None else log_every
     if not validation.is_int(log_every) or log_every < 1:
         raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
     if config.mode == "jax_fused":
@@ -178,36 +182,31 @@ def train(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, *, log
 
 
 def _train_on_host(config: IQNRunConfig, run_dir, log_every: int, options: Mapping[str, Any]) -> loop.RunResult:
-    """A host mode's runner, a row every ``log_every`` epochs (as the fused mode on the loop)."""
-    folder = RunDir.open(run_dir, config, step_key="update", overwrite=options.get("overwrite", False),
-                         tensorboard=options.get("tensorboard", True))
+    """A host mode's runner, a row every ``log_every`` epochs (as the fused mode on the loop), on a
+    ``labcore.host_run.HostRun``: its rows and summary are the fused mode's, plus
+    ``epoch_seconds`` in each row and ``median_epoch_seconds`` in the summary."""
+    agent_steps = config.world.max_turns * config.world.n_agents  # per epoch (a host mode plays one world)
+    host = HostRun.open(run_dir, config, name=_title(config), total_steps=config.epochs * agent_steps,
+                        plotted=PLOTTED, shown={"gems": "gems", "eps": "epsilon"}, x_key="update",
+                        overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
+                        progress=options.get("progress", True))
     runner = make_runner(config)  # builds (and for the JAX modes compiles)
-    bar = progress_bar(config.epochs, desc=f"iqn {config.mode}", unit="epoch", enabled=options.get("progress", True))
     seconds = []
-    started = time.perf_counter()
+    host.start()
     for epoch in range(config.epochs):
         (row,) = metric_rows(epoch, runner.run_epochs(1))
         seconds.append(row["epoch_seconds"])
-        bar.update(1)
-        if row["update"] % log_every == 0:
-            folder.log(row)
-            bar.set_postfix(gems=f"{row['gems']:.1f}", eps=f"{row['epsilon']:.3f}", refresh=False)
-    run_s = time.perf_counter() - started
-    rows = folder.rows
-    bar.close()
+        host.advance((epoch + 1) * agent_steps)
+        if row["update"] % log_every == 0:  # the rows hold no agent steps: the fused mode's columns
+            host.log(row["update"], {name: value for name, value in row.items() if name != "update"})
+    host.stop()
     params = runner.params()
-    agent_steps = config.epochs * config.world.max_turns * config.world.n_agents
-    summary = {"updates": config.epochs, "timesteps": agent_steps, "compile_s": round(runner.compile_s, 2),
-               "run_s": round(run_s, 2), "steps_per_second": round(agent_steps / run_s, 1) if run_s > 0 else None,
-               **_summarize(config, rows), "median_epoch_seconds": float(np.median(seconds))}
-    if options.get("evaluate", True):
-        report = evaluate(config, params, seed=EVAL_SEED + config.seed)
-        summary.update(eval_epochs=len(report["gems"]), eval_mean_gems=report["mean_gems"],
-                       eval_mean_reward=report["mean_reward"])
-    if folder.path is not None:
-        save_checkpoint(folder.checkpoints, config, params)
-    folder.finish(summary, lambda rows: plot_run(rows, config))
-    return loop.RunResult.of_run(config, params, folder, summary)
+    evaluation = evaluate(config, params, seed=EVAL_SEED + config.seed) if options.get("evaluate", True) else {}
+    if host.run.path is not None:
+        save_checkpoint(host.run.checkpoints, config, params)
+    return host.finish(params, updates=config.epochs, steps=config.epochs * agent_steps, compile_s=runner.compile_s,
+                       extra={**_summarize(config, host.run.rows), "median_epoch_seconds": float(np.median(seconds))},
+                       evaluation=evaluation)
 
 
 def _summarize(config: IQNRunConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -228,13 +227,6 @@ def _summarize(config: IQNRunConfig, rows: list[dict[str, Any]]) -> dict[str, An
 def _title(config: IQNRunConfig) -> str:
     worlds = f", {config.num_worlds} worlds" if config.num_worlds > 1 else ""
     return f"IQN treasurehunt ({config.mode}, {config.world.n_agents} agents{worlds})"
-
-
-def plot_run(rows: list[dict[str, Any]], config: IQNRunConfig):
-    """The run's metrics.png: gems, mean reward, loss and epsilon per epoch (a matplotlib figure)."""
-    from labcore.logging import plot_metrics
-
-    return plot_metrics(rows, PLOTTED, x_key="update", title=_title(config))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,20 +259,22 @@ def check_params(params: Any, config: IQNRunConfig) -> None:
 
 
 def save_checkpoint(directory: str | os.PathLike, config: IQNRunConfig, params: Any) -> Path:
-    """Write the stacked params as checkpoint ``config.epochs`` with the config as metadata."""
+    """Write the stacked params as checkpoint ``config.epochs``, its metadata in the schema of
+    ``labcore.checkpoint`` (algorithm "iqn", this module as the driver) with "epochs" beside it."""
     check_params(params, config)
-    return checkpoint.save(directory, config.epochs, {"params": params},
-                           {"config": config.as_dict(), "epochs": config.epochs})
+    metadata = checkpoint.run_metadata("iqn", __name__, config.as_dict(), config.epochs, epochs=config.epochs)
+    return checkpoint.save(directory, config.epochs, {"params": params}, metadata)
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[IQNRunConfig, Any]:
     """(config, state) of a run from its folder or checkpoints/ folder (default: the newest step),
     the agent contract's loader: a fused run's whole state (a ``WorldRun``; leaves [seeds, ...] for
     a run of several seeds), or a host mode's parameters (all it saves). ``load_params`` gives the
-    parameters of either, checked against a config."""
-    metadata = checkpoint.restore_metadata(checkpoint_dir(path), step)
+    parameters of either, checked against a config. Another algorithm's checkpoint is refused
+    (``labcore.checkpoint.WrongCheckpoint``)."""
+    metadata = checkpoint.expect(checkpoint.restore_metadata(checkpoint_dir(path), step), "iqn", path)
     if "update_step" in metadata:
-        return loop.load_checkpoint(path, IQNRunConfig, make_program, step)
+        return loop.load_checkpoint(path, IQNRunConfig, make_program, step, algorithm="iqn")
     return load_params(path, step=step)
 
 
@@ -301,7 +295,7 @@ def load_params(path: str | os.PathLike, config: IQNRunConfig | None = None, ste
     directory = checkpoint_dir(path)
     if not directory.is_dir():
         raise FileNotFoundError(f"no checkpoint in {path}")
-    metadata = checkpoint.restore_metadata(directory, step)
+    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), "iqn", path)
     saved = IQNRunConfig.from_dict(metadata["config"])
     if "update_step" not in metadata:  # a host mode's: the parameters only
         params = checkpoint.restore(directory, like={"params": params_shape(saved)}, step=step)[0]["params"]
@@ -322,8 +316,18 @@ def load_params(path: str | os.PathLike, config: IQNRunConfig | None = None, ste
 # Evaluation: play with given parameters, no learning
 
 
-def evaluate(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = EVAL_SEED,
-             epsilon: float = 0.0) -> dict[str, Any]:
+def evaluate(config: IQNRunConfig, params: Any, seed: int = EVAL_SEED, *, epochs: int = 10) -> dict[str, Any]:
+    """The agent contract's evaluation: ``epochs`` epochs of greedy play and of random play with the
+    key schedule of ``seed`` (``play``), as numbers: eval_epochs, eval_mean_gems (per epoch, the
+    mean over worlds), eval_mean_reward, random_mean_gems."""
+    greedy = play(config, params, epochs, seed, epsilon=0.0)
+    random_play = play(config, params, epochs, seed, epsilon=1.0)
+    return {"eval_epochs": epochs, "eval_mean_gems": greedy["mean_gems"], "eval_mean_reward": greedy["mean_reward"],
+            "random_mean_gems": random_play["mean_gems"]}
+
+
+def play(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = EVAL_SEED,
+         epsilon: float = 0.0) -> dict[str, Any]:
     """Play ``epochs`` epochs with the given stacked params (``check_params`` layout), no learning.
 
     epsilon 0 is greedy play (the acting forward with ``n_tau_act`` taus on fresh frame buffers);

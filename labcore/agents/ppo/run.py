@@ -53,6 +53,7 @@ def make_program(config: ppo.PPOConfig, callback=None, log_every: int = 1) -> lo
         shown={"ret": "episode_return", "ent": "entropy"},
         evaluate=lambda runner, seed: _evaluate(agent, runner.params, seed + 1),
         summarize=lambda rows: {"max_invalid_action_rate": max((row["invalid_action_rate"] for row in rows), default=None)},
+        algorithm="ppo",
     )
 
 
@@ -90,4 +91,4 @@ def _evaluate(agent: ppo.PPO, params: Any, seed: int) -> dict[str, Any]:
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[ppo.PPOConfig, ppo.RunnerState]:
     """(config, runner) from a run directory or its checkpoints/ folder (default: newest step)."""
-    return loop.load_checkpoint(path, ppo.PPOConfig, make_program, step)
+    return loop.load_checkpoint(path, ppo.PPOConfig, make_program, step, algorithm="ppo")

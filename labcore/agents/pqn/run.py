@@ -47,6 +47,7 @@ def make_program(config: pqn.PQNConfig, callback=None, log_every: int = 1) -> lo
         plotted=PLOTTED,
         shown={"ret": "episode_return", "eps": "epsilon"},
         evaluate=lambda runner, seed: _evaluate(agent, runner.params, seed + 1),
+        algorithm="pqn",
     )
 
 
@@ -75,4 +76,4 @@ def _evaluate(agent: pqn.PQN, params: Any, seed: int) -> dict[str, Any]:
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[pqn.PQNConfig, pqn.RunnerState]:
     """(config, runner) from a run directory or its checkpoints/ folder (default: newest step)."""
-    return loop.load_checkpoint(path, pqn.PQNConfig, make_program, step)
+    return loop.load_checkpoint(path, pqn.PQNConfig, make_program, step, algorithm="pqn")

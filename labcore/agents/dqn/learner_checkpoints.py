@@ -1,0 +1,77 @@
+"""The actor-learner DQN's checkpoints (``labcore.agents.dqn.actor_learner``): what its learner saves,
+how a resume reads it back, and ``load_checkpoint`` for evaluation.
+
+    config, state = load_checkpoint("runs/actor-learner")      # state["train_state"].params: the policy
+
+A checkpoint, numbered by learner update, holds the learner's state, ``{"train_state": TrainState,
+"replay": ReplayState (labcore.replay), "key": its PRNG key}``, and metadata in the schema of
+``labcore.checkpoint`` (algorithm "dqn-actor-learner") with the run's ``Counters`` beside it. They
+live apart from the Ray loop because none of them needs Ray or an actor: a checkpoint loads for
+evaluation on a machine without a cluster. Orbax is imported inside the functions, so that every
+actor process, which imports the driver, does not load it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+import jax
+
+from labcore import loop, runs
+from labcore.agents.dqn import core as dqn
+
+ALGORITHM = "dqn-actor-learner"  # the registry name its checkpoints record
+DRIVER = "labcore.agents.dqn.actor_learner"  # the module whose runs write them
+
+
+class Counters(NamedTuple):
+    """What a checkpoint keeps besides arrays (JSON metadata)."""
+
+    received: int
+    updates: int
+    lost: int
+    seconds: float
+    credit: float  # updates owed for transitions received, not yet made
+    by_node: dict[str, int]
+    restarts: list[int]  # per actor rank
+
+
+def save(directory: str | os.PathLike, updates: int, state: dqn.TrainState, buffer: Any, key: jax.Array,
+         config: dqn.DQNConfig, counters: Counters) -> None:
+    """Checkpoint update ``updates``: the train state, the replay buffer and the key (typed), the
+    counters in the metadata."""
+    from labcore import checkpoint
+
+    metadata = checkpoint.run_metadata(ALGORITHM, DRIVER, runs.config_dict(config), updates, **counters._asdict())
+    checkpoint.save(directory, updates, {"train_state": state, "replay": buffer, "key": key}, metadata)
+
+
+def restore(run: runs.RunDir, state: dqn.TrainState, buffer: Any) -> tuple[dqn.TrainState, Any, jax.Array, Counters]:
+    """(train state, replay buffer, key, counters) of the newest intact checkpoint of a run opened to
+    resume, shaped like ``state`` and ``buffer``; a checkpoint of another algorithm is refused
+    (``labcore.checkpoint.WrongCheckpoint``) before its arrays are read."""
+    from labcore import checkpoint
+
+    like = {"train_state": state, "replay": buffer, "key": jax.random.key(0)}  # a typed key restores as one
+    restored, metadata = run.restore(checkpoint.expecting(ALGORITHM, run.path, like)).restored
+    counters = Counters(**{name: metadata[name] for name in Counters._fields})
+    return restored["train_state"], restored["replay"], restored["key"], counters
+
+
+def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, dict[str, Any]]:
+    """(config, state) of a run from its folder or its checkpoints/ folder (default: the newest
+    step): the state as saved, ``{"train_state", "replay", "key"}`` (the key typed). A checkpoint of
+    another algorithm is refused before anything is built (``labcore.checkpoint.WrongCheckpoint``)."""
+    from labcore import checkpoint, replay
+    from labcore.agents.dqn.agent import make_dqn_for
+
+    directory = runs.checkpoint_dir(path)
+    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), ALGORITHM, path)
+    config = loop.config_from_dict(dqn.DQNConfig, metadata["config"])
+    agent = make_dqn_for(config)  # the learner's DQN: the shapes its state was saved in
+    like = {"train_state": agent.init(jax.random.key(0)),
+            "replay": jax.eval_shape(lambda: replay.init(agent.example, config.buffer_size)),
+            "key": jax.random.key(0)}
+    state, _ = checkpoint.restore(directory, like, step)
+    return config, state
