@@ -30,7 +30,7 @@ from labcore.tools.benchmarking import write_results
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = {
     "train ppo (65,536 steps)": ["train", "ppo", "--total-steps", "65536", "--no-progress"],
-    "train dqn (20,000 steps)": ["train", "dqn", "--total-steps", "20000"],
+    "train dqn-host (20,000 steps)": ["train", "dqn-host", "--total-steps", "20000"],
 }
 
 

@@ -38,7 +38,7 @@ FLAGS = ["--env", "CartPole-v1", "--learning-starts", "1000", "--buffer-size", "
 
 def data_parallel(processes: int, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
-        result = distributed.launch(["train", "dqn", *FLAGS, "--total-steps", str(steps), "--run-dir", run_dir],
+        result = distributed.launch(["train", "dqn-data-parallel", *FLAGS, "--total-steps", str(steps), "--run-dir", run_dir],
                                     num_processes=processes, devices_per_process=1, timeout_s=900, stream=None)
         if result.returncode:
             raise RuntimeError(result.message + "\n" + "\n".join(result.output[0][-20:]))
@@ -53,7 +53,7 @@ def actor_learner(actors: int, steps: int) -> dict:
                            exploration_fraction=0.3)
     result = dqn_actor_learner.run(config, num_actors=actors, broadcast_every=10, log_every=500)
     summary = result.summary
-    return {"updates/s": summary["learner_updates_per_second"], "env steps/s": summary["actor_steps_per_second"],
+    return {"updates/s": summary["learner_updates_per_second"], "env steps/s": summary["steps_per_second"],
             "final return": summary["eval_return_mean"], "staleness (updates)": summary["mean_staleness"]}
 
 

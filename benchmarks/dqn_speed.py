@@ -15,7 +15,7 @@ batch 32, one update every 4 steps), in one run on one machine:
 
 Learning is on from the start (a short fill first) so the timed window is all learning steps.
 Both loops run with ``labcore.devices.synchronous_cpu_dispatch()`` (set before JAX starts), as
-``python -m labcore train dqn`` and notebook 01 do: each step needs its action before the next.
+``python -m labcore train dqn-host`` and notebook 01 do: each step needs its action before the next.
 
     python benchmarks/dqn_speed.py                         # CartPole 20k steps, Breakout 2k
     python benchmarks/dqn_speed.py --cartpole-steps 50000 --breakout-steps 4000
@@ -45,8 +45,9 @@ def labcore_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
     config = dataclasses.replace(config, total_steps=config.learning_starts + steps)
     result = dqn_loop.train(config, log_every=steps // (4 * config.train_frequency), progress=False)
     timed = result.metrics[-3:]  # the last three quarters
-    seconds = sum((row["step"] - previous["step"]) / row["steps_per_second"] for previous, row in zip(result.metrics[-4:], timed))
-    return (timed[-1]["step"] - result.metrics[-4]["step"]) / seconds
+    seconds = sum((row["timesteps"] - previous["timesteps"]) / row["steps_per_second"]
+                  for previous, row in zip(result.metrics[-4:], timed))
+    return (timed[-1]["timesteps"] - result.metrics[-4]["timesteps"]) / seconds
 
 
 def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:

@@ -1,29 +1,33 @@
-"""The ``python -m labcore`` command line.
+"""The ``python -m labcore`` command line (also installed as ``labcore``).
 
-    python -m labcore doctor            versions, devices and a measured micro-benchmark
-    python -m labcore doctor --json     the same as JSON
-    python -m labcore exercises         list the notebook exercises and what each asks
-    python -m labcore train dqn --env CartPole-v1 --run-dir runs/cartpole [--total-steps ...]
-    python -m labcore train dqn --preset atari_short --env ALE/Breakout-v5 --run-dir runs/breakout
-    python -m labcore eval dqn --checkpoint runs/cartpole [--episodes 20 --epsilon 0.05]
-    python -m labcore train ppo --env Vault-v0 --num-envs 64 --total-steps 2000000 --run-dir runs/vault
+    python -m labcore doctor [--json]      versions, devices and a measured micro-benchmark
+    python -m labcore exercises            the notebook exercises and what each asks
+    python -m labcore train ALGORITHM [--preset NAME | --config FILE] [flags]
+    python -m labcore eval ALGORITHM --checkpoint RUN_DIR [--step N] [--seed S] [flags]
+    python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn-data-parallel [flags]
+
+ALGORITHM is a name of ``labcore.agents.registry``: ppo, pqn, dqn-scan, dqn-host, dqn-data-parallel,
+dqn-actor-learner, gflownet, iqn. For example:
+
     python -m labcore train ppo --preset cartpole --run-dir runs/ppo-cartpole
-    python -m labcore eval ppo --checkpoint runs/vault [--episodes 100]
-    python -m labcore train pqn --preset minatar --env Breakout-MinAtar --total-steps 2000000 --run-dir runs/pqn
-    python -m labcore eval pqn --checkpoint runs/pqn [--episodes 100]
-    python -m labcore train dqn-scan --env CartPole-v1 --total-steps 100000 --run-dir runs/dqn-scan [--resume]
-    python -m labcore launch --num-processes 2 --devices-per-process 2 -- cluster-check
-    python -m labcore train gflownet --trainer hybrid --loss tb --ndim 4 --height 8 --iterations 2000
-    python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
+    python -m labcore train ppo --config runs/ppo-cartpole/config.json --total-steps 1000000 --run-dir runs/longer
+    python -m labcore train dqn-host --preset atari_short --env ALE/Breakout-v5 --run-dir runs/breakout
+    python -m labcore train pqn --preset minatar --env Breakout-MinAtar --run-dir runs/pqn --checkpoint-every 100
+    python -m labcore train pqn --preset minatar --env Breakout-MinAtar --run-dir runs/pqn --checkpoint-every 100 --resume
+    python -m labcore eval pqn --checkpoint runs/pqn --episodes 100
     python -m labcore train dqn-actor-learner --env CartPole-v1 --num-actors 4 [--address auto]
-    python -m labcore train iqn --mode jax_fused --epochs 200 --run-dir runs/iqn [--num-worlds 8 ...]
-    python -m labcore eval iqn --checkpoint runs/iqn --epochs 10
 
-Every field of DQNConfig, PPOConfig, PQNConfig and GFlowNetConfig, and every flat field of IQNRunConfig
-(its own, its world's and its agents'), is a flag of ``train dqn`` and ``train dqn-scan``, ``train ppo``, ``train pqn``,
-``train gflownet`` and ``train iqn`` (``--help`` lists them with their defaults).
-Every ``train`` command with ``--run-dir`` also writes its metrics as TensorBoard event files there
-(``--no-tensorboard``: not); ``tensorboard --logdir runs`` then shows every run folder below runs/.
+Every ``train`` takes every field of its config as a flag (``--help`` lists them with their
+defaults), the same loop flags (--run-dir, --log-every, --checkpoint-every, --resume, --overwrite,
+--no-progress, --seeds, --no-eval, --no-tensorboard; counts in updates; an algorithm that cannot
+honour one refuses it by name) and its own settings. A run folder holds config.json, metrics
+(JSONL, CSV, TensorBoard), metrics.png, summary.json and checkpoints/; ``tensorboard --logdir runs``
+shows every run folder below runs/.
+
+Exit status: 0 done; 2 the command is wrong (an unknown flag, a value the config refuses, an option
+the algorithm cannot honour, a folder that holds another algorithm's run); 1 running it failed (a
+folder in use or holding an earlier run, no intact checkpoint, a cluster that does not answer).
+``--help`` and ``--version`` answer without starting JAX.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+
+from labcore.agents import registry
 
 
 def _positive_int(text: str) -> int:
@@ -43,8 +50,6 @@ def _positive_int(text: str) -> int:
 
 def invoked_as(argv0: str) -> str:
     """The command a user typed, for help and errors: ``python -m labcore`` or the ``labcore`` script."""
-    import os
-
     name = os.path.basename(argv0)
     return "python -m labcore" if name in ("__main__.py", "-m", "") else name
 
@@ -52,7 +57,8 @@ def invoked_as(argv0: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from labcore import __version__
 
-    parser = argparse.ArgumentParser(prog=invoked_as(sys.argv[0]), description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=invoked_as(sys.argv[0]), description=__doc__.split("\n\n")[0],
+                                     epilog="ALGORITHM: " + ", ".join(registry.NAMES))
     parser.add_argument("--version", action="version", version=f"labcore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -62,71 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--vector-size", type=_positive_int, default=1_000_000, help="length of the jit speed-up vector"
     )
     doctor.add_argument("--json", action="store_true", help="print the results as JSON")
-
     commands.add_parser("exercises", help="list the notebook exercises")
 
-    train = commands.add_parser("train", help="train an agent").add_subparsers(dest="agent", required=True)
-    train_dqn = train.add_parser("dqn", help="DQN on a gymnasium env (classic control or ALE/ Atari)")
-    train_dqn.add_argument("--preset", choices=("default", "nature_atari", "atari_short"), default="default",
-                           help="starting configuration that the other flags override")
-    _add_config_flags(train_dqn)
-    _add_auto_tune_flag(train_dqn, "buffer_size / batch_size / hidden_sizes / num_envs")
-    train_dqn.add_argument("--run-dir", default=None, help="folder for metrics (JSONL, CSV, TensorBoard) and checkpoints/")
-    train_dqn.add_argument("--log-every", type=_positive_int, default=100,
-                           help="updates (train_frequency agent steps and a gradient step) between metric rows")
-    train_dqn.add_argument("--checkpoint-every", type=_positive_int, default=None, help="updates between checkpoints")
-    train_dqn.add_argument("--no-save-replay", action="store_true", help="leave the replay buffer out of checkpoints")
-    train_dqn.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
-    train_dqn.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
-    train_dqn.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
-    train_dqn.add_argument("--replicas-per-device", type=_positive_int, default=1,
-                           help="(under `launch`) DQN replicas on each device: 8 on 1 device run as 1 on each of 8")
-    _add_tensorboard_flag(train_dqn)
-
-    train_ppo = train.add_parser("ppo", help="action-masked PPO on Vault-v0 or a gymnax env (all on device)")
-    train_ppo.add_argument("--preset", choices=("default", "cartpole"), default="default",
-                           help="starting configuration: the default PPOConfig (masked Vault), or PureJaxRL's CartPole")
-    _add_config_flags(train_ppo, "PPOConfig")
-    _add_auto_tune_flag(train_ppo, "num_envs / num_steps / hidden_size")
-    _add_loop_flags(train_ppo, log_every=10)
-
-    train_pqn = train.add_parser("pqn", help="PQN (no replay, no target network) on a gymnax env (all on device)")
-    train_pqn.add_argument("--preset", choices=("default", "cartpole", "minatar"), default="default",
-                           help="starting configuration: CartPole (the default), or the PQN paper's MinAtar settings")
-    _add_config_flags(train_pqn, "PQNConfig")
-    _add_auto_tune_flag(train_pqn, "num_envs / num_steps / hidden_sizes")
-    _add_loop_flags(train_pqn, log_every=10)
-
-    train_scan = train.add_parser("dqn-scan", help="DQN on a gymnax env, all of training one jitted program")
-    train_scan.add_argument("--preset", choices=("default", "minatar"), default="default",
-                            help="starting configuration that the other flags override")
-    _add_config_flags(train_scan)
-    _add_loop_flags(train_scan, log_every=100, update="train_frequency agent steps and one gradient step")
-
-    train_al = train.add_parser("dqn-actor-learner",
-                                help="DQN with Ray actors feeding one learner: this machine, or a Ray cluster (--address)")
-    _add_config_flags(train_al)
-    train_al.add_argument("--address", default=None,
-                          help="Ray cluster to join: 'auto' (the one `ray start` runs on this machine) or HEAD_IP:PORT; "
-                               "default: start Ray on this machine, listening on 127.0.0.1 only")
-    train_al.add_argument("--num-actors", type=_positive_int, default=2, help="Ray actors, spread over the cluster's nodes")
-    train_al.add_argument("--envs-per-actor", type=_positive_int, default=4)
-    train_al.add_argument("--rollout-steps", type=_positive_int, default=32, help="steps of each rollout an actor returns")
-    train_al.add_argument("--broadcast-every", type=_positive_int, default=10, help="learner updates between parameter copies")
-    train_al.add_argument("--max-restarts", type=int, default=3, help="times Ray restarts an actor that died")
-    train_al.add_argument("--cpus-per-actor", type=float, default=1.0, help="Ray CPUs each actor reserves")
-    train_al.add_argument("--stall-timeout", type=float, default=120.0,
-                          help="seconds without any rollout before the run stops (actors that cannot be placed)")
-    train_al.add_argument("--actor-deadline", type=float, default=60.0,
-                          help="seconds an actor may go without delivering a rollout before it is killed and restarted "
-                               "(its first after a start: at least three times the slowest first one measured)")
-    train_al.add_argument("--timeout", type=float, default=None, help="seconds for the whole run (default: no limit)")
-    train_al.add_argument("--run-dir", default=None, help="folder for metrics (JSONL, CSV, TensorBoard) and checkpoints/")
-    train_al.add_argument("--log-every", type=_positive_int, default=200, help="learner updates between metric rows")
-    train_al.add_argument("--checkpoint-every", type=_positive_int, default=None, help="learner updates between checkpoints")
-    train_al.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
-    train_al.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
-    _add_tensorboard_flag(train_al)
+    train = commands.add_parser("train", help="train an algorithm into a run folder")
+    train_commands = train.add_subparsers(dest="agent", required=True, metavar="ALGORITHM")
+    evaluate = commands.add_parser("eval", help="play a checkpoint of a run folder, no learning")
+    eval_commands = evaluate.add_subparsers(dest="agent", required=True, metavar="ALGORITHM")
+    for algorithm in registry.ALGORITHMS:
+        _add_train_command(train_commands, algorithm)
+        _add_eval_command(eval_commands, algorithm)
 
     launch = commands.add_parser("launch", help="run a labcore command as N local processes joined by jax.distributed")
     launch.add_argument("--num-processes", type=_positive_int, default=2)
@@ -135,93 +85,83 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds before every worker is stopped (default: no limit; a failed worker stops all)")
     launch.add_argument("--join-timeout", type=float, default=60.0, help="seconds for all workers to join the cluster")
     launch.add_argument("worker_command", nargs=argparse.REMAINDER,
-                        help="after --: the labcore command each worker runs, e.g. -- train dqn --env CartPole-v1")
+                        help="after --: the labcore command each worker runs, e.g. -- train dqn-data-parallel --env "
+                             "CartPole-v1 (default: cluster-check)")
     commands.add_parser("cluster-check", help="(in a launched worker) join, psum across processes, compare values")
-
-    train_gfn = train.add_parser("gflownet", help="a GFlowNet on HyperGrid: all PyTorch, PyTorch sampling + JAX gradients, or all JAX (checkpointed)")
-    _add_config_flags(train_gfn, "GFlowNetConfig")
-    _add_auto_tune_flag(train_gfn, "batch_size / hidden_size")
-    # --checkpoint-every, --resume and --seeds need --trainer jax (the others run in one call, unsaved)
-    _add_loop_flags(train_gfn, 100, "one iteration: a batch of trajectories and a gradient step")
-
-    train_iqn = train.add_parser("iqn", help="multi-agent IQN on treasurehunt in one of four run modes (pytorch .. jax_fused)")
-    _add_config_flags(train_iqn, "IQNRunConfig")
-    _add_auto_tune_flag(train_iqn, "num_worlds / hidden_size / n_tau_act / batch_size / buffer_size")
-    # --checkpoint-every, --resume and --seeds need --mode jax_fused (the others run in one call)
-    _add_loop_flags(train_iqn, 10, "one epoch: the turns, then a train step per agent")
-
-    evaluate = commands.add_parser("eval", help="evaluate a checkpoint").add_subparsers(dest="agent", required=True)
-    eval_dqn = evaluate.add_parser("dqn", help="evaluate a DQN checkpoint")
-    eval_dqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
-    eval_dqn.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
-    eval_dqn.add_argument("--episodes", type=_positive_int, default=None, help="default: the config's eval_episodes")
-    eval_dqn.add_argument("--epsilon", type=float, default=None, help="default: the config's eval_epsilon")
-    eval_dqn.add_argument("--seed", type=int, default=10_000)
-    eval_ppo = evaluate.add_parser("ppo", help="greedy and sampled episodes of a PPO checkpoint, beside random play")
-    eval_ppo.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
-    eval_ppo.add_argument("--step", type=int, default=None, help="checkpoint step in updates (default: the newest)")
-    eval_ppo.add_argument("--episodes", type=_positive_int, default=100)
-    eval_ppo.add_argument("--seed", type=int, default=10_000)
-    eval_pqn = evaluate.add_parser("pqn", help="episodes of a PQN checkpoint (greedy by default), beside random play")
-    eval_pqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
-    eval_pqn.add_argument("--step", type=int, default=None, help="checkpoint step in updates (default: the newest)")
-    eval_pqn.add_argument("--episodes", type=_positive_int, default=100)
-    eval_pqn.add_argument("--epsilon", type=float, default=0.0)
-    eval_pqn.add_argument("--seed", type=int, default=10_000)
-    eval_iqn = evaluate.add_parser("iqn", help="greedy play (epsilon 0) of an IQN checkpoint, beside random play")
-    eval_iqn.add_argument("--checkpoint", required=True, help="a run directory or its checkpoints/ folder")
-    eval_iqn.add_argument("--step", type=int, default=None, help="checkpoint step in epochs (default: the newest)")
-    eval_iqn.add_argument("--epochs", type=_positive_int, default=10, help="epochs of greedy play")
-    eval_iqn.add_argument("--seed", type=int, default=10_000)
-    # The world and network flags override the checkpoint's config (a network flag that does not
-    # fit the saved parameters is an error); the training-only fields are not flags here.
-    _add_config_flags(eval_iqn, "IQNRunConfig", exclude=_IQN_TRAINING_ONLY)
     return parser
 
 
-def _add_loop_flags(parser: argparse.ArgumentParser, log_every: int, update: str = "a rollout and its epochs") -> None:
-    """The flags of a run on the shared driver (labcore.loop.train), which counts in updates."""
-    parser.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
-    parser.add_argument("--log-every", type=_positive_int, default=log_every,
-                        help=f"updates between metric rows (an update: {update})")
-    parser.add_argument("--checkpoint-every", type=_positive_int, default=None,
-                        help="updates between checkpoints (default: one, at the end)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --run-dir")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--seeds", type=_positive_int, default=None,
-                        help="train this many seeds at once (--seed, --seed + 1, ...) in one vmap; rows are their means")
-    parser.add_argument("--no-eval", action="store_true", help="no evaluation episodes at the end")
-    _add_tensorboard_flag(parser)
-
-
-def _add_tensorboard_flag(parser: argparse.ArgumentParser) -> None:
+def _add_train_command(commands, algorithm: registry.Algorithm) -> None:
+    parser = commands.add_parser(algorithm.name, help=algorithm.help, description=algorithm.help)
+    config_class = algorithm.config_class()
+    start = parser.add_mutually_exclusive_group()
+    if algorithm.presets:
+        start.add_argument("--preset", choices=("default", *algorithm.presets), default="default",
+                           help=f"starting configuration (classmethods of {config_class.__name__}) that the other "
+                                "flags override")
+    start.add_argument("--config", metavar="FILE", default=None,
+                       help="start from a saved config.json (or the run folder holding it); the other flags override it")
+    _add_config_flags(parser, config_class)
+    if hasattr(config_class, "DEVICE_SIZES"):
+        parser.add_argument("--auto-tune", action="store_true",
+                            help="shrink the config's sizes to fit this device (labcore.devices.auto_tune; only shrinks)")
+    loop = parser.add_argument_group("run (every count in updates)")
+    loop.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
+    loop.add_argument("--log-every", type=_positive_int, default=None,
+                      help="updates between metric rows (default: about 100 rows in a run)")
+    loop.add_argument("--checkpoint-every", type=_positive_int, default=None,
+                      help="updates between checkpoints (default: one, at the end)")
+    loop.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --run-dir")
+    loop.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
+    loop.add_argument("--no-progress", action="store_true", help="no progress bar")
+    loop.add_argument("--seeds", type=_positive_int, default=None,
+                      help="train this many seeds at once (--seed, --seed + 1, ...) in one vmap; rows are their means")
+    loop.add_argument("--no-eval", action="store_true", help="no evaluation at the end")
     # On by default: a run folder is for looking at a run, and TensorBoard is how most people do.
-    parser.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
-                        help="also write the metrics as TensorBoard event files into --run-dir (default: on); "
-                             "view them with `tensorboard --logdir runs` (the folder above the run folders), "
-                             "or in Colab/Jupyter `%%load_ext tensorboard` then `%%tensorboard --logdir runs`")
+    loop.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                      help="also write the metrics as TensorBoard event files into --run-dir (default: on); view them "
+                           "with `tensorboard --logdir runs`, or in Colab/Jupyter `%%load_ext tensorboard` then "
+                           "`%%tensorboard --logdir runs`")
+    if algorithm.settings:
+        own = parser.add_argument_group(f"{algorithm.name}'s own settings")
+        for setting in algorithm.settings:
+            _add_setting_flag(own, setting)
 
 
-def _add_auto_tune_flag(parser: argparse.ArgumentParser, fields: str) -> None:
-    parser.add_argument("--auto-tune", action="store_true",
-                        help=f"shrink {fields} to fit this device (labcore.devices.auto_tune; only shrinks)")
+def _add_eval_command(commands, algorithm: registry.Algorithm) -> None:
+    parser = commands.add_parser(algorithm.name, help=f"play a {algorithm.name} checkpoint")
+    parser.add_argument("--checkpoint", required=True, help="a run folder or its checkpoints/ folder")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step, in updates (default: the newest intact)")
+    parser.add_argument("--seed", type=int, default=10_000, help="evaluation seed (default 10000, apart from training's)")
+    for flag, field in algorithm.eval_fields.items():
+        parser.add_argument(f"--{flag}", dest=field, type=_flag_type(_field(algorithm.config_class(), field).type)[0],
+                            default=None, help=f"sets the checkpoint config's {field}")
+    for setting in algorithm.eval_settings:
+        _add_setting_flag(parser, setting)
+    if algorithm.eval_overrides:
+        _add_config_flags(parser, algorithm.config_class(), exclude=algorithm.training_only,
+                          title="fields that override the checkpoint's config")
 
 
-def _auto_tuned(args: argparse.Namespace, config):
-    """The config fitted to this device when --auto-tune was given (one printed line per change)."""
-    if not getattr(args, "auto_tune", False):
-        return config
-    from labcore import devices
+def _add_setting_flag(group, setting: registry.Setting) -> None:
+    flag = "--" + setting.name.removesuffix("_s").replace("_", "-")  # stall_timeout_s: --stall-timeout (seconds)
+    if setting.type is bool:
+        group.add_argument(flag, dest=setting.name, action=argparse.BooleanOptionalAction, default=setting.default,
+                           help=f"{setting.help} (default: {'on' if setting.default else 'off'})")
+        return
+    kind = _positive_int if setting.type is int and setting.name != "max_restarts" else setting.type
+    said = "default" in setting.help  # "default: no limit" says it better than "default None"
+    group.add_argument(flag, dest=setting.name, type=kind, default=setting.default,
+                       help=setting.help if said else f"{setting.help} (default {setting.default})")
 
-    config, changes = devices.auto_tune(config)
-    for change in changes:
-        print(f"auto-tune: {change}")
-    return config
+
+def _fields(config_class: type) -> tuple[dataclasses.Field, ...]:
+    # A composed config (the run's, its world's and its agents' fields) has one flag per flat field.
+    return tuple(config_class.flat_fields() if hasattr(config_class, "flat_fields") else dataclasses.fields(config_class))
 
 
-# IQNRunConfig fields that only describe how a run trains, not the agents or the world.
-_IQN_TRAINING_ONLY = ("mode", "epochs", "seed", "num_worlds", "epochs_per_call")
+def _field(config_class: type, name: str) -> dataclasses.Field:
+    return next(field for field in _fields(config_class) if field.name == name)
 
 
 def _flag_type(annotation: str):
@@ -233,244 +173,168 @@ def _flag_type(annotation: str):
     return {"int": int, "float": float, "str": str}[annotation], None
 
 
-def _config_class(name: str):
-    if name == "IQNRunConfig":  # its own import: the other configs need not load for it
-        from labcore.agents.iqn.run_config import IQNRunConfig
-
-        return IQNRunConfig
-    from labcore.agents.dqn.core import DQNConfig
-    from labcore.agents.gflownet.core import GFlowNetConfig
-    from labcore.agents.ppo.core import PPOConfig
-    from labcore.agents.pqn.core import PQNConfig
-
-    return {"DQNConfig": DQNConfig, "PPOConfig": PPOConfig, "PQNConfig": PQNConfig, "GFlowNetConfig": GFlowNetConfig}[name]
-
-
-def _add_config_flags(parser: argparse.ArgumentParser, config_class: str = "DQNConfig",
-                      exclude: tuple[str, ...] = ()) -> None:
-    group = parser.add_argument_group(f"{config_class} fields (unset flags keep the preset's value)")
-    cls = _config_class(config_class)
-    # A composed config (IQNRunConfig: the run, the world, the agent) has one flag per flat field.
-    for field in cls.flat_fields() if hasattr(cls, "flat_fields") else dataclasses.fields(cls):
+def _add_config_flags(parser: argparse.ArgumentParser, config_class: type, exclude: tuple[str, ...] = (),
+                      title: str = "") -> None:
+    group = parser.add_argument_group(title or f"{config_class.__name__} fields (unset flags keep the starting value)")
+    for field in _fields(config_class):
         if field.name in exclude:
             continue
         flag = "--" + ("env" if field.name == "env_id" else field.name.replace("_", "-"))
-        default = field.default
         if field.type == "bool":
             group.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"(default {default})")
+                               help=f"(default {field.default})")
             continue
         kind, nargs = _flag_type(field.type)
-        group.add_argument(flag, dest=field.name, type=kind, nargs=nargs, default=None, help=f"(default {default})")
+        group.add_argument(flag, dest=field.name, type=kind, nargs=nargs, default=None, help=f"(default {field.default})")
 
 
-def _config_from(args: argparse.Namespace, config_class: str = "DQNConfig"):
-    cls = _config_class(config_class)
-    overrides = {}
-    for field in cls.flat_fields() if hasattr(cls, "flat_fields") else dataclasses.fields(cls):
-        value = getattr(args, field.name)
-        if value is not None:
-            overrides[field.name] = tuple(value) if isinstance(value, list) else value
-    preset = getattr(args, "preset", "default")  # commands without presets (train gflownet) have no flag
-    if preset == "default":
-        return cls(**overrides)
-    return getattr(cls, preset)(**overrides)
+def _overrides(args: argparse.Namespace, config_class: type) -> dict:
+    """The config fields given as flags (unset flags are None)."""
+    return {field.name: tuple(value) if isinstance(value, list) else value
+            for field in _fields(config_class) if (value := getattr(args, field.name, None)) is not None}
 
 
-def _train_dqn(args: argparse.Namespace) -> int:
+def _saved_config(path: str, config_class: type):
+    """The config of a saved config.json (or of the run folder holding one), as ``config_class``."""
+    from pathlib import Path
+
+    file = Path(path) / "config.json" if Path(path).is_dir() else Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--config: no config file at {file}")
+    fields = json.loads(file.read_text())
+    known = {field.name for field in _fields(config_class)} | {field.name for field in dataclasses.fields(config_class)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"--config: {file} is not a {config_class.__name__} (fields it does not have: "
+                         f"{', '.join(unknown[:6])}{', ...' if len(unknown) > 6 else ''})")
+    from labcore import loop
+
+    return loop.config_from_dict(config_class, fields)
+
+
+def _config_from(args: argparse.Namespace, algorithm: registry.Algorithm):
+    """The config a ``train`` command asks for: the preset or saved config, with the flags given."""
+    config_class = algorithm.config_class()
+    overrides = _overrides(args, config_class)
+    if getattr(args, "config", None):
+        saved = _saved_config(args.config, config_class)
+        config = dataclasses.replace(saved, **overrides) if overrides else saved
+    elif getattr(args, "preset", "default") == "default":
+        config = config_class(**overrides)
+    else:
+        config = getattr(config_class, args.preset)(**overrides)
+    if getattr(args, "auto_tune", False):
+        from labcore import devices
+
+        config, changes = devices.auto_tune(config)
+        for change in changes:
+            print(f"auto-tune: {change}")
+    return config
+
+
+def _train(args: argparse.Namespace, algorithm: registry.Algorithm) -> int:
     from labcore import distributed
 
-    if distributed.launched():  # a worker of `python -m labcore launch`: data-parallel over the cluster
-        return _train_dqn_distributed(args)  # main has joined the cluster, before anything touched a device
-    from labcore.agents.dqn import host_loop as dqn_loop
-
-    if args.replicas_per_device != 1:
-        raise ValueError("replicas_per_device: replicas are the data-parallel DQN's, started by `python -m labcore "
-                         "launch ... -- train dqn ...`; this process was not launched")
-    config = _auto_tuned(args, _config_from(args))
-    print(config)
-    result = dqn_loop.train(
-        config,
-        run_dir=args.run_dir,
-        log_every=args.log_every,
-        checkpoint_every=args.checkpoint_every,
-        save_replay=not args.no_save_replay,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        eval_episodes=0 if args.no_eval else config.eval_episodes,
-        tensorboard=args.tensorboard,
-    )
-    print(json.dumps(result.summary))
-    return 0
-
-
-def _train_dqn_distributed(args: argparse.Namespace) -> int:
-    import jax
-
-    from labcore.agents.dqn import multi_process as dqn_distributed
-
-    config = _auto_tuned(args, _config_from(args))
-    if jax.process_index() == 0:
+    config = _config_from(args, algorithm)
+    launched = distributed.launched()  # one of `launch`'s workers: output lines carry the worker's rank
+    process = _process_index() if launched else 0
+    if process == 0:
         print(config)
-    result = dqn_distributed.train(config, run_dir=args.run_dir, log_every=args.log_every,
-                                   checkpoint_every=args.checkpoint_every,
-                                   resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard,
-                                   evaluate=not args.no_eval, progress=False, on_metrics=_print_row_on_first_process,
-                                   replicas_per_device=args.replicas_per_device)
-    summary = result.summary
-    print(json.dumps({"process": jax.process_index(), **{name: summary.get(name) for name in (
-        "processes", "devices", "replicas", "updates", "timesteps", "run_s", "final_episode_return", "eval_return_mean",
-        "params_fingerprint")}}))
+    options = dict(log_every=args.log_every, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                   overwrite=args.overwrite, progress=not args.no_progress and not launched, tensorboard=args.tensorboard,
+                   evaluate=not args.no_eval, seeds=args.seeds,
+                   **{setting.name: getattr(args, setting.name) for setting in algorithm.settings})
+    if launched:  # rows as lines, not a bar, from the first process (the others would repeat them)
+        options["on_metrics"] = _print_row if process == 0 else None
+    result = algorithm.train(config, args.run_dir, **options)
+    # summary.json without its long lists (e.g. every evaluation episode's return): one line to read;
+    # every launched process prints its own (they can be compared: the parameters' fingerprint)
+    summary = {name: value for name, value in result.summary.items() if not (isinstance(value, list) and len(value) > 10)}
+    print(json.dumps({"process": process, **summary} if launched else summary))
     return 0
 
 
-def _print_row_on_first_process(row: dict) -> None:  # a launched run's output has rank prefixes: lines, not a bar
+def _process_index() -> int:
     import jax
 
-    if jax.process_index() == 0:
-        print("  ".join(f"{name} {float(row[name]):.4g}" for name in ("update", "timesteps", "episode_return", "loss")))
+    return jax.process_index()
 
 
-def _train_dqn_actor_learner(args: argparse.Namespace) -> int:
-    from labcore.agents.dqn import actor_learner
+def _print_row(row: dict) -> None:
+    print("  ".join(f"{name} {float(row[name]):.4g}" for name in ("update", "timesteps", "episode_return", "loss")
+                    if name in row))
 
-    config = _config_from(args)
-    print(config)
-    result = actor_learner.run(
-        config, num_actors=args.num_actors, envs_per_actor=args.envs_per_actor, rollout_steps=args.rollout_steps,
-        broadcast_every=args.broadcast_every, log_every=args.log_every, address=args.address,
-        max_restarts=args.max_restarts, cpus_per_actor=args.cpus_per_actor, run_dir=args.run_dir,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, overwrite=args.overwrite, tensorboard=args.tensorboard,
-        stall_timeout_s=args.stall_timeout, actor_deadline_s=args.actor_deadline, timeout_s=args.timeout)
-    # summary.json without its two lists (every actor, every evaluation episode): one line to read
-    print(json.dumps({name: value for name, value in result.summary.items() if name not in ("actors", "eval_returns")}))
+
+def _evaluate(args: argparse.Namespace, algorithm: registry.Algorithm) -> int:
+    from labcore import checkpoint, runs
+
+    config, state = algorithm.load_checkpoint(args.checkpoint, args.step)
+    params = algorithm.params(config, state)
+    changed = {field: getattr(args, field) for field in algorithm.eval_fields.values() if getattr(args, field) is not None}
+    if algorithm.eval_overrides:
+        changed.update({name: value for name, value in _overrides(args, algorithm.config_class()).items()
+                        if name not in algorithm.training_only})
+    if changed:
+        config = dataclasses.replace(config, **changed)
+    report = algorithm.evaluate(config, params, args.seed,
+                                **{setting.name: getattr(args, setting.name) for setting in algorithm.eval_settings})
+    step = checkpoint.restore_metadata(runs.checkpoint_dir(args.checkpoint), args.step).get("step")
+    print(json.dumps({"algorithm": algorithm.name, "checkpoint": str(args.checkpoint), "step": step,
+                      "env": getattr(config, "env_id", None), "seed": args.seed, **report}))
     return 0
 
 
-def _cpu_scheduler_flag() -> None:
-    """Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
-    with its concurrency-optimised scheduler; ``train iqn`` vmaps whole
-    epochs over worlds and agents, so it turns that scheduler off, as the tests and benchmarks do.
-    Called by ``main`` before the parser is built (building it imports the configs, hence jax)."""
-    import os
+def _before_jax(words: list[str]) -> None:
+    """What must be set before JAX starts, for the algorithm a ``train`` or ``eval`` command names."""
+    if len(words) < 2 or words[0] not in ("train", "eval") or words[1] not in registry.NAMES:
+        return
+    if {"-h", "--help"} & set(words):  # help only: nothing will run, JAX need not start
+        return
+    algorithm = registry.get(words[1])
+    if algorithm.synchronous_dispatch:
+        import warnings
 
-    flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-    if "jax" not in sys.modules and flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+        from labcore import devices
 
-
-def _eval_iqn(args: argparse.Namespace) -> int:
-    from labcore.agents.iqn import run as iqn_run
-    from labcore.agents.iqn.run_config import IQNRunConfig
-
-    # The world and agent flags given override the checkpoint's config (flat field names).
-    overrides = {field.name: getattr(args, field.name) for field in IQNRunConfig.flat_fields()
-                 if field.name not in _IQN_TRAINING_ONLY and getattr(args, field.name) is not None}
-    config, params = iqn_run.load_params(args.checkpoint, step=args.step, overrides=overrides)
-    greedy = iqn_run.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=0.0)
-    random_play = iqn_run.evaluate(config, params, epochs=args.epochs, seed=args.seed, epsilon=1.0)
-    for epoch, gems in enumerate(greedy["gems"]):
-        print(f"epoch {epoch}: {gems:g} gems (random play {random_play['gems'][epoch]:g})")
-    print(json.dumps({"trained_mode": config.mode, "trained_epochs": config.epochs, "n_agents": config.world.n_agents,
-                      "num_worlds": config.num_worlds, "epochs": args.epochs, "gems_per_epoch": greedy["gems"],
-                      "mean_gems": greedy["mean_gems"], "random_mean_gems": random_play["mean_gems"],
-                      "mean_reward": greedy["mean_reward"], "random_mean_reward": random_play["mean_reward"]}))
-    return 0
-
-
-def _train_on_loop(args: argparse.Namespace) -> int:
-    """train ppo | pqn | dqn-scan | gflownet | iqn: through the agent contract's ``train`` (labcore.loop.train;
-    the GFlowNet's host trainers and IQN's host modes refuse the flags that need checkpoints)."""
-    import importlib
-
-    package, config_class = {"ppo": ("ppo", "PPOConfig"), "pqn": ("pqn", "PQNConfig"), "dqn-scan": ("dqn", "DQNConfig"),
-                             "gflownet": ("gflownet", "GFlowNetConfig"), "iqn": ("iqn", "IQNRunConfig")}[args.agent]
-    agent = importlib.import_module(f"labcore.agents.{package}")  # the agent contract: agent.train
-    config = _auto_tuned(args, _config_from(args, config_class))
-    print(config)
-    result = agent.train(config, args.run_dir, log_every=args.log_every, checkpoint_every=args.checkpoint_every,
-                         resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                         tensorboard=args.tensorboard, evaluate=not args.no_eval, seeds=args.seeds)
-    print(json.dumps(result.summary))
-    return 0
-
-
-def _eval_ppo(args: argparse.Namespace) -> int:
-    from labcore.agents.ppo import core as ppo
-    from labcore.agents.ppo import run as ppo_run
-
-    config, runner = ppo_run.load_checkpoint(args.checkpoint, args.step)
-    returns = ppo_run.play_returns(ppo.make_ppo(config), runner.params, args.episodes, args.seed)
-    greedy = returns["greedy"]
-    print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), "episodes": args.episodes,
-                      "greedy_mean": float(greedy.mean()), "greedy_min": float(greedy.min()),
-                      "greedy_max": float(greedy.max()), "sampled_mean": float(returns["sampled"].mean()),
-                      "random_mean": float(returns["random"].mean())}))
-    return 0
-
-
-def _eval_pqn(args: argparse.Namespace) -> int:
-    from labcore.agents.pqn import run as pqn_run
-
-    config, runner = pqn_run.load_checkpoint(args.checkpoint, args.step)
-    config = dataclasses.replace(config, eval_episodes=args.episodes, eval_epsilon=args.epsilon)
-    summary = pqn_run.evaluate(config, runner.params, seed=args.seed)
-    print(json.dumps({"env": config.env_id, "update_step": int(runner.update_step), **summary}))
-    return 0
-
-
-def _eval_dqn(args: argparse.Namespace) -> int:
-    from labcore.agents.dqn import host_loop as dqn_loop
-
-    config, state = dqn_loop.load_checkpoint(args.checkpoint, args.step)
-    scores = dqn_loop.evaluate(config, state.params, episodes=args.episodes, epsilon=args.epsilon, seed=args.seed)
-    print(json.dumps({"env": config.env_id, "episodes": len(scores), "mean": sum(scores) / len(scores),
-                      "min": min(scores), "max": max(scores), "scores": scores}))
-    return 0
+        with warnings.catch_warnings():  # main() called in a process whose JAX has started (a test, a
+            warnings.simplefilter("ignore")  # notebook): the setting cannot apply, the run is only slower
+            devices.synchronous_cpu_dispatch()  # a per-step host loop: no thread hand-off per jitted call
+    for flag in algorithm.xla_flags:
+        if "jax" not in sys.modules and flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labcore import compile_cache
+    from labcore import compile_cache, distributed
 
+    words = sys.argv[1:] if argv is None else list(argv)
     compile_cache.configure()  # the CLI opts into JAX's persistent compilation cache, before JAX starts
-    words = sys.argv[1:] if argv is None else argv
-    if words[:2] in (["train", "iqn"], ["eval", "iqn"]):
-        _cpu_scheduler_flag()
-    if words[:2] in (["train", "dqn"], ["eval", "dqn"]):
-        from labcore import devices
-
-        devices.synchronous_cpu_dispatch()  # a per-step host loop: no thread hand-off per jitted call
-    # A launched worker joins its cluster first: JAX allows that only before its backends start, and
-    # building the parser imports every config's module, any of which may start them (gymnax does).
-    from labcore import distributed
-
-    if distributed.launched() and words == ["cluster-check"]:
-        distributed.cluster_check()  # joins, then checks
-        return 0
-    if distributed.launched() and words[:2] == ["train", "dqn"]:
+    _before_jax(words)
+    if distributed.launched():
+        # A launched worker joins its cluster first: JAX allows that only before its backends start.
+        if words in (["cluster-check"], []):
+            distributed.cluster_check()  # joins, then checks
+            return 0
+        joining = [algorithm.name for algorithm in registry.ALGORITHMS if algorithm.joins_cluster]
+        if words[:1] != ["train"] or len(words) < 2 or words[1] not in joining:
+            print(f"error: a launched worker runs `cluster-check` or `train` of {', '.join(joining)}; "
+                  f"{' '.join(words[:2])!r} runs in one process", file=sys.stderr)
+            return 2
         distributed.initialize()
     args = build_parser().parse_args(argv)
     if args.command in ("train", "eval"):
-        commands = {("train", "dqn"): _train_dqn, ("eval", "dqn"): _eval_dqn, ("train", "ppo"): _train_on_loop,
-                    ("eval", "ppo"): _eval_ppo, ("train", "pqn"): _train_on_loop, ("eval", "pqn"): _eval_pqn,
-                    ("train", "gflownet"): _train_on_loop, ("train", "iqn"): _train_on_loop,
-                    ("eval", "iqn"): _eval_iqn, ("train", "dqn-actor-learner"): _train_dqn_actor_learner,
-                    ("train", "dqn-scan"): _train_on_loop}
+        algorithm = registry.get(args.agent)
+        from labcore.checkpoint import DamagedCheckpoints
+
         try:
-            return commands[args.command, args.agent](args)
-        except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, ConnectionError) as error:
-            print(f"error: {error}", file=sys.stderr)  # bad config, env, folder (in use) or address: one line
+            return (_train if args.command == "train" else _evaluate)(args, algorithm)
+        except ValueError as error:  # the command asked for something invalid: a config value, an option, a folder
+            print(f"error: {error}", file=sys.stderr)
             return 2
-        except RuntimeError as error:
-            from labcore.checkpoint import DamagedCheckpoints  # loaded by then: the command read checkpoints
-
-            if not isinstance(error, DamagedCheckpoints):
-                raise
-            print(f"error: {error}", file=sys.stderr)  # no intact checkpoint: one line naming each
-            return 2
+        except (OSError, DamagedCheckpoints) as error:  # running it failed: folder in use or taken, no checkpoint,
+            print(f"error: {error}", file=sys.stderr)   # damaged ones, a cluster that does not answer
+            return 1
     if args.command == "launch":
-        from labcore import distributed
-
         worker_command = [part for part in args.worker_command if part != "--"] or ["cluster-check"]
         result = distributed.launch(worker_command, args.num_processes, args.devices_per_process,
                                     timeout_s=args.timeout, join_timeout_s=args.join_timeout)
@@ -478,11 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {result.message}", file=sys.stderr)
         return result.returncode
     if args.command == "cluster-check":
-        from labcore import distributed
-
         distributed.cluster_check()
-        return 0
-    if args.command == "doctor":
+    elif args.command == "doctor":
         from labcore.tools import doctor
 
         doctor.run(matmul_n=args.matmul_n, vector_size=args.vector_size, as_json=args.json)

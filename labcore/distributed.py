@@ -11,7 +11,7 @@ gloo, over loopback here; NCCL / ICI on GPU / TPU clusters).
     mesh = distributed.global_mesh()         # 1-D mesh over every device of every process
 
     # from a shell or a notebook cell: 2 processes x 2 CPU devices on 127.0.0.1
-    python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn --env CartPole-v1
+    python -m labcore launch --num-processes 2 --devices-per-process 2 -- train dqn-data-parallel --env CartPole-v1
 
 The launcher streams each worker's output with a ``[rank N]`` prefix, and if a worker dies, or
 the cluster does not form within ``join_timeout_s``, or the run exceeds ``timeout_s``, it stops

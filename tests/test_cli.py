@@ -1,5 +1,6 @@
-"""`python -m labcore train|eval dqn|ppo`: flags map onto the config classes, errors are one clear line,
-a run folder holds TensorBoard event files unless --no-tensorboard."""
+"""`python -m labcore train|eval ALGORITHM`: flags map onto the config classes, errors are one clear line
+(exit 2: the command is wrong; 1: running it failed), a run folder holds TensorBoard event files
+unless --no-tensorboard."""
 
 import dataclasses
 import json
@@ -7,13 +8,14 @@ import json
 import pytest
 
 from labcore import __main__ as cli
+from labcore.agents import registry
 from labcore.agents.dqn import core as dqn
 from labcore.logging import event_files
 from test_tensorboard import assert_mirrors_jsonl
 
 
-def config_for(*flags):
-    return cli._config_from(cli.build_parser().parse_args(["train", "dqn", *flags]))
+def config_for(*flags, algorithm="dqn-host"):
+    return cli._config_from(cli.build_parser().parse_args(["train", algorithm, *flags]), registry.get(algorithm))
 
 
 def test_every_config_field_is_a_flag():
@@ -24,8 +26,7 @@ def test_every_config_field_is_a_flag():
     assert config == dqn.DQNConfig(env_id="Acrobot-v1", hidden_sizes=(16, 16), max_grad_norm=None, double_dqn=True,
                                    life_loss_terminal=False, learning_rate=1e-3, td_loss="huber")
     assert config_for("--max-grad-norm", "5").max_grad_norm == 5.0
-    help_text = cli.build_parser().parse_args(["train", "dqn"])  # parses with no flags at all
-    assert cli._config_from(help_text) == dqn.DQNConfig()
+    assert config_for() == dqn.DQNConfig()  # parses with no flags at all
 
 
 def test_presets_take_overrides():
@@ -41,11 +42,11 @@ def test_presets_take_overrides():
         (["--env", "NoSuchGame-v0"], "unknown environment id"),
         (["--learning-rate", "-1"], "DQNConfig.learning_rate must be > 0"),
         (["--batch-size", "20000"], "DQNConfig.batch_size must be <= buffer_size"),
-        (["--replicas-per-device", "2"], "replicas_per_device: replicas are the data-parallel DQN's"),
+        (["--seeds", "2"], "seeds: dqn-host runs one seed per call"),
     ],
 )
 def test_bad_input_is_one_clear_error(flags, message, capsys):
-    assert cli.main(["train", "dqn", *flags]) == 2
+    assert cli.main(["train", "dqn-host", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
@@ -53,22 +54,23 @@ def test_bad_input_is_one_clear_error(flags, message, capsys):
 def test_train_then_eval_a_checkpoint(tmp_path, capsys):
     run = str(tmp_path / "run")
     flags = ["--total-steps", "600", "--learning-starts", "200", "--buffer-size", "500", "--batch-size", "32", "--log-every", "20"]
-    assert cli.main(["train", "dqn", *flags, "--run-dir", run, "--no-eval"]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["steps"] == 600
+    assert cli.main(["train", "dqn-host", *flags, "--run-dir", run, "--no-eval"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["timesteps"] == 600
     for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
         assert (tmp_path / "run" / name).is_file(), name
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 600
-    assert_mirrors_jsonl(run, "step", ("loss", "epsilon"))  # TensorBoard by default
-    assert cli.main(["train", "dqn", *flags, "--run-dir", run, "--no-eval"]) == 2
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["timesteps"] == 600
+    assert_mirrors_jsonl(run, "timesteps", ("loss", "epsilon"))  # TensorBoard by default
+    assert cli.main(["train", "dqn-host", *flags, "--run-dir", run, "--no-eval"]) == 1  # the folder is taken
     assert "holds an earlier run" in capsys.readouterr().err
-    assert cli.main(["eval", "dqn", "--checkpoint", run, "--episodes", "3"]) == 0
+    assert cli.main(["eval", "dqn-host", "--checkpoint", run, "--episodes", "3"]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert report["env"] == "CartPole-v1" and report["episodes"] == 3 and len(report["scores"]) == 3
-    assert cli.main(["eval", "dqn", "--checkpoint", str(tmp_path / "missing")]) == 2
+    assert (report["algorithm"], report["env"], report["eval_episodes"]) == ("dqn-host", "CartPole-v1", 3)
+    assert report["eval_return_min"] <= report["eval_return_mean"] <= report["eval_return_max"]
+    assert cli.main(["eval", "dqn-host", "--checkpoint", str(tmp_path / "missing")]) == 1
 
 
 def ppo_config_for(*flags):
-    return cli._config_from(cli.build_parser().parse_args(["train", "ppo", *flags]), "PPOConfig")
+    return config_for(*flags, algorithm="ppo")
 
 
 def test_every_ppo_config_field_is_a_flag():
@@ -118,8 +120,8 @@ def test_train_ppo_writes_a_results_folder_then_evaluates(tmp_path, capsys):
     assert [row["update"] for row in rows] == [5, 10, 15, 20, 25, 30, 35, 40]
     assert cli.main(["eval", "ppo", "--checkpoint", str(run), "--episodes", "4"]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert report["update_step"] == 40 and report["episodes"] == 4
-    assert cli.main(["train", "ppo", *flags, "--run-dir", str(tmp_path / "fresh"), "--resume", "--no-progress"]) == 2
+    assert report["step"] == 40 and report["eval_episodes"] == 4 and report["greedy_return_mean"] > 0
+    assert cli.main(["train", "ppo", *flags, "--run-dir", str(tmp_path / "fresh"), "--resume", "--no-progress"]) == 1
     assert "no checkpoint" in capsys.readouterr().err
 
 
@@ -148,7 +150,7 @@ def test_train_gflownet_both_trainers_and_bad_flags(tmp_path, capsys):
         assert json.loads((run / "config.json").read_text())["trainer"] == trainer and (run / "metrics.png").is_file()
     assert event_files(tmp_path / "hybrid") == []
     first_run = assert_mirrors_jsonl(tmp_path / "torch", "update", ("loss", "l1"))
-    assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch")]) == 2
+    assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch")]) == 1
     assert "holds an earlier run" in capsys.readouterr().err
     assert cli.main([*flags, "--trainer", "torch", "--run-dir", str(tmp_path / "torch"), "--overwrite", "--seed", "1"]) == 0
     capsys.readouterr()
@@ -172,7 +174,7 @@ def test_train_gflownet_both_trainers_and_bad_flags(tmp_path, capsys):
 
 
 def iqn_config_for(*flags):
-    return cli._config_from(cli.build_parser().parse_args(["train", "iqn", *flags]), "IQNRunConfig")
+    return config_for(*flags, algorithm="iqn")
 
 
 def test_every_iqn_config_field_is_a_flag():
@@ -185,7 +187,7 @@ def test_every_iqn_config_field_is_a_flag():
         flags = {option for action in iqn_parser._actions for option in action.option_strings}
         for field in IQNRunConfig.flat_fields():  # the run's fields, the world's and the agents'
             # eval takes the world and network fields (overrides of the checkpoint's), not the training-only ones
-            if command == "train" or field.name not in cli._IQN_TRAINING_ONLY:
+            if command == "train" or field.name not in registry.get("iqn").training_only:
                 assert "--" + field.name.replace("_", "-") in flags, (command, field.name)
     config = iqn_config_for("--mode", "jax_parallel", "--epochs", "7", "--seed", "3", "--height", "8", "--n-agents", "2",
                             "--spawn-prob", "0.1", "--hidden-size", "64", "--learning-rate", "0.001", "--fixed",
@@ -228,18 +230,17 @@ def test_train_iqn_then_eval_the_checkpoint(tmp_path, capsys):
     assert "mode: checkpoint_every needs the checkpointed fused mode (mode='jax_fused')" in capsys.readouterr().err
     for name in ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json"):
         assert (run / name).is_file(), name
-    assert cli.main(["train", "iqn", "--mode", "pytorch", "--epochs", "4", *tiny, "--run-dir", str(run), "--no-progress"]) == 2
+    assert cli.main(["train", "iqn", "--mode", "pytorch", "--epochs", "4", *tiny, "--run-dir", str(run), "--no-progress"]) == 1
     assert "holds an earlier run" in capsys.readouterr().err
     assert cli.main(["eval", "iqn", "--checkpoint", str(run), "--epochs", "3"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    report = json.loads(lines[-1])
-    assert report["trained_mode"] == "pytorch" and report["epochs"] == 3 and len(report["gems_per_epoch"]) == 3
-    assert [line.split(":")[0] for line in lines[:3]] == ["epoch 0", "epoch 1", "epoch 2"]
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (report["algorithm"], report["step"], report["eval_epochs"]) == ("iqn", 4, 3)
+    assert report["eval_mean_gems"] >= 0 and report["random_mean_gems"] >= 0
     # A network flag that does not fit the saved parameters names the leaf and both shapes.
     assert cli.main(["eval", "iqn", "--checkpoint", str(run), "--hidden-size", "16"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: params leaf 'advantage/kernel' has shape (2, 8, 4), but the config expects (2, 16, 4)")
-    assert cli.main(["eval", "iqn", "--checkpoint", str(tmp_path / "missing")]) == 2
+    assert cli.main(["eval", "iqn", "--checkpoint", str(tmp_path / "missing")]) == 1
     assert "no checkpoint" in capsys.readouterr().err
 
 

@@ -99,7 +99,7 @@ def test_launcher_command_line_reports_failure(capsys):
     from labcore import __main__ as cli
 
     code = cli.main(["launch", "--num-processes", "2", "--devices-per-process", "1", "--join-timeout", "20",
-                     "--", "train", "dqn", "--env", "NoSuchGame-v0"])
+                     "--", "train", "dqn-data-parallel", "--env", "NoSuchGame-v0"])
     assert code == 1
     assert "died with exit status 2" in capsys.readouterr().err
 
@@ -132,7 +132,7 @@ def test_launched_workers_run_on_the_cpu_when_the_parent_names_an_accelerator(mo
     assert "child sees cpu cpu" in result.output[0]
 
 
-DP_FLAGS = ["train", "dqn", "--env", "CartPole-v1", "--total-steps", "20000", "--learning-starts", "1000",
+DP_FLAGS = ["train", "dqn-data-parallel", "--env", "CartPole-v1", "--total-steps", "20000", "--learning-starts", "1000",
             "--buffer-size", "5000", "--exploration-fraction", "0.3"]
 
 

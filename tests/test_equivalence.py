@@ -14,29 +14,22 @@ import numpy as np
 import pytest
 
 from labcore import loop
-from labcore.agents import CONTRACT
+from labcore.agents import CONTRACT, registry
+from test_registry import tiny_config
 
 
 def small_config(algorithm: str):
-    agent = importlib.import_module(f"labcore.agents.{algorithm}")
-    return {
-        "ppo": lambda: agent.Config(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 4, hidden_size=32,
-                                    eval_episodes=4),
-        "pqn": lambda: agent.Config(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=4,
-                                    hidden_sizes=(32, 32), eval_episodes=4),
-        "dqn": lambda: agent.Config(total_steps=1_200, learning_starts=500, buffer_size=1_000, batch_size=32,
-                                    hidden_sizes=(32,), eval_episodes=4),
-        "gflownet": lambda: agent.Config(trainer="jax", ndim=2, height=4, hidden_size=16, batch_size=8, iterations=4,
-                                         l1_samples=20),
-        "iqn": lambda: agent.Config(mode="jax_fused", epochs=6, height=6, width=6, n_agents=2, max_turns=5, hidden_size=8,
-                                    n_quantiles=2, n_tau_act=4, buffer_size=32, batch_size=4, n_frames=2),
-    }[algorithm]()
+    """The registry test's tiny config of a registry name (the package names its jitted DQN "dqn")."""
+    return tiny_config("dqn-scan" if algorithm == "dqn" else algorithm)
 
 
-ALGORITHMS = ("ppo", "pqn", "dqn", "gflownet", "iqn")
+# The algorithms' packages (each exports the contract), and the registry's algorithms that run on
+# labcore.loop with seeds in one vmap (those that refuse seeds run one per call).
+PACKAGES = tuple(sorted({algorithm.package.rsplit(".", 1)[1] for algorithm in registry.ALGORITHMS}))
+ALGORITHMS = tuple(name for name in registry.NAMES if "seeds" not in registry.get(name).refuses)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", PACKAGES)
 def test_every_algorithm_exports_the_same_contract(algorithm):
     agent = importlib.import_module(f"labcore.agents.{algorithm}")
     assert tuple(agent.__all__) == CONTRACT
@@ -67,7 +60,7 @@ def test_a_seed_inside_a_vmap_over_seeds_ends_where_it_ends_alone(algorithm, tmp
     train(config with seed + 1) alone. XLA compiles the batched program apart from the single one,
     so float operations may round differently: the state agrees to 1e-5 (measured: see the
     equivalence table in docs/guide/runs.md), every integer leaf and the evaluation exactly."""
-    agent = importlib.import_module(f"labcore.agents.{algorithm}")
+    agent = registry.get(algorithm)
     config = small_config(algorithm)
     together = agent.train(config, tmp_path / "together", seeds=2, log_every=2, progress=False)  # one chunk (chunks: (b))
     alone = agent.train(dataclasses.replace(config, seed=config.seed + 1), log_every=2, progress=False)

@@ -14,6 +14,7 @@ import re
 import pytest
 
 from conftest import NOTEBOOKS_DIR, REPO_ROOT
+from labcore.agents import registry
 
 PACKAGE = REPO_ROOT / "labcore"
 MODULES = sorted(path for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts)
@@ -72,9 +73,11 @@ LAYERS = ("labcore.tools", "labcore.course", "labcore.__main__")  # above the li
 LOWER_THAN_AGENTS = (
     "labcore.envs", "labcore.nets", "labcore.replay", "labcore.losses", "labcore.torch_ref", "labcore.validation",
     "labcore.evaluation", "labcore.runs", "labcore.checkpoint", "labcore.logging", "labcore.devices",
-    "labcore.distributed", "labcore.ray_cluster", "labcore.compile_cache", "labcore.loop", "labcore.tools",
+    "labcore.distributed", "labcore.ray_cluster", "labcore.compile_cache", "labcore.loop", "labcore.host_run",
+    "labcore.tools",
 )
-ALGORITHMS = ("dqn", "ppo", "pqn", "iqn", "gflownet")
+# the algorithms' folders, as the registry lists them (several of its algorithms may share one: DQN's drivers)
+ALGORITHMS = tuple(sorted({algorithm.package.rsplit(".", 1)[1] for algorithm in registry.ALGORITHMS}))
 EXERCISES = "labcore.course.exercises"
 
 

@@ -1,7 +1,8 @@
 """RL agents, one package per algorithm.
 
-Each package holds ``core`` (the validated config and the pure functions: acting, losses, the
-jitted update or whole jitted training run) beside the drivers that run it:
+Each package holds ``config`` (the validated config dataclass, importable without JAX so that the
+command line's help is instant; ``core`` re-exports it) and ``core`` (the pure functions: acting,
+losses, the jitted update or whole jitted training run) beside the drivers that run it:
 
 * ``dqn``: ``core``, ``agent`` (DQN's functions, built once for every driver), ``host_loop``
   (gymnasium envs stepped in Python), ``scan`` (the whole run in
@@ -28,10 +29,16 @@ jitted update or whole jitted training run) beside the drivers that run it:
 * ``load_checkpoint(path, step=None) -> (config, state)``;
 * ``evaluate(config, params, seed=0) -> dict``: the trained policy's episodes, summarised.
 
-(``dqn.train`` is the jitted DQN; its host loop over gymnasium, data-parallel and actor-learner
-drivers stay in their modules. ``gflownet.train`` runs any of its four trainers, the all-JAX one
-on the loop; ``evaluate`` there is the L1 of fresh samples, not episodes. ``iqn.train`` runs any of
-its four modes, the fused one on the loop; ``evaluate`` there plays epochs of the treasurehunt.) The names load on first use, so importing a package stays cheap.
+(``dqn.train`` is the jitted DQN, ``dqn-scan`` in the registry; its host loop over gymnasium,
+data-parallel and actor-learner drivers stay in their modules. ``gflownet.train`` runs any of its
+four trainers, the all-JAX one on the loop; ``evaluate`` there is the L1 of fresh samples, not
+episodes. ``iqn.train`` runs any of its four modes, the fused one on the loop; ``evaluate`` there
+plays epochs of the treasurehunt.) The names load on first use, so importing a package stays cheap.
+
+**One registry.** ``labcore.agents.registry`` has one record per algorithm *and driver* (``ppo``,
+``pqn``, ``dqn-scan``, ``dqn-host``, ``dqn-data-parallel``, ``dqn-actor-learner``, ``gflownet``,
+``iqn``), each with the same ``train``, ``load_checkpoint``, ``params`` and ``evaluate``: what the
+command line's ``train NAME`` and ``eval NAME`` run, and where a new algorithm is added.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the cluster (``lax.pmean`` inside ``jax.shard_map`` over the global mesh, crossi
 through gloo on the CPU), so the parameters stay bit-for-bit identical everywhere; this is checked
 with a fingerprint across processes after every chunk (``Program.check``), before its checkpoint.
 
-    # in each worker (``python -m labcore launch ... -- train dqn --env CartPole-v1`` does this)
+    # in each worker (``python -m labcore launch ... -- train dqn-data-parallel --env CartPole-v1`` does this)
     distributed.initialize()
     result = multi_process.train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), run_dir="runs/dp",
                                  checkpoint_every=500)
@@ -76,7 +76,7 @@ def _replicas(tree: Any) -> list[Any]:
             for i in range(len(shards[0])) for slot in range(per_device)]
 
 
-def _first_replica(tree: Any) -> Any:
+def first_replica(tree: Any) -> Any:
     """The first replica this process holds of a tree stacked like ``_replicas``' (every replica
     holds the same learner; only this one is copied to the host)."""
     def first(leaf):
@@ -195,13 +195,13 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
         return {"params_fingerprint": distributed.assert_same_on_every_process(copies[0])}
 
     def evaluate(state: Any, seed: int) -> dict[str, Any]:
-        return dqn_scan.evaluation(config, parts.evaluate, _first_replica(state.train_state.params), seed)
+        return dqn_scan.evaluation(config, parts.evaluate, first_replica(state.train_state.params), seed)
 
     return loop.Program(
         config=config,
         init=init,
         run=run,
-        updates_done=lambda state: int(_first_replica(state.step)) // config.train_frequency,
+        updates_done=lambda state: int(first_replica(state.step)) // config.train_frequency,
         num_updates=parts.warmup_iterations + parts.learn_iterations,
         steps_per_update=config.train_frequency * replicas,
         name=f"Data-parallel DQN on {config.env_id}, {replicas} replicas",
@@ -212,6 +212,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
         streams_metrics=False,
         check=check,
         written_with={"devices": num_devices, "replicas_per_device": per_device},
+        algorithm="dqn-data-parallel",
     )
 
 
@@ -231,7 +232,7 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     learner every replica holds, with replica 0's envs, replay buffer and key; as
     ``labcore.agents.dqn.scan.load_checkpoint`` returns)."""
     directory = runs.checkpoint_dir(path)
-    metadata = checkpoint.restore_metadata(directory, step)
+    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), "dqn-data-parallel", path)
     config = loop.config_from_dict(dqn.DQNConfig, metadata["config"])
     layout = (metadata["devices"], metadata["replicas_per_device"])
     one = dqn_scan.make_parts(config).init(*jax.random.split(jax.random.key(0), 3))  # real keys: see checkpoint

@@ -1,0 +1,274 @@
+"""Every algorithm labcore trains, one record each; the command line, the tests and the docs read them here.
+
+    from labcore.agents import registry
+
+    ppo = registry.get("ppo")
+    result = ppo.train(ppo.config_class().cartpole(total_steps=20_480), "runs/ppo", checkpoint_every=10)
+    config, state = ppo.load_checkpoint("runs/ppo")
+    print(ppo.evaluate(config, ppo.params(config, state), seed=0))  # {"greedy_return_mean": ..., ...}
+
+Each ``Algorithm`` gives the same six things, whatever drives the algorithm underneath:
+
+* ``config_class()``: its validated config dataclass (``presets``: its classmethods giving other
+  starting points, e.g. ``PPOConfig.cartpole``);
+* ``train(config, run_dir=None, **options) -> labcore.loop.RunResult``, with the options of
+  ``labcore.loop.train`` (log_every, checkpoint_every, resume, overwrite, progress, tensorboard,
+  evaluate, seeds, every count in updates) and its own ``settings``; an option the algorithm cannot
+  honour is refused by name (``refuses``), never ignored;
+* ``load_checkpoint(path, step=None) -> (config, state)`` of one of its run folders (another
+  algorithm's folder is refused in one line naming what it holds: ``labcore.checkpoint.expect``);
+* ``params(config, state)``: the policy's parameters in a state of ``train`` or ``load_checkpoint``;
+* ``evaluate(config, params, seed=0) -> dict`` of numbers: the trained policy played, no learning;
+* ``run_folder``: what its run folder holds.
+
+The names are the command line's (``python -m labcore train NAME``, ``eval NAME``) and the
+``algorithm`` its checkpoints record. DQN has four drivers, so four names: ``dqn-scan`` (all of
+training one jitted program on gymnax envs; also ``labcore.agents.dqn.train``), ``dqn-host``
+(gymnasium envs, Atari included, stepped in Python), ``dqn-data-parallel`` (one update over every
+device of one or several processes) and ``dqn-actor-learner`` (Ray actors feeding one learner).
+
+**Adding an algorithm** is its folder, ``labcore/agents/<name>/`` (a config module importable
+without JAX, a ``core``, a driver module with ``train``, ``load_checkpoint`` and ``evaluate``), and
+one ``Algorithm(...)`` entry in ``ALGORITHMS`` below: the command line, the registry's tests
+(tests/test_registry.py trains, resumes, loads and evaluates every entry) and the architecture
+guide's table follow from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+# What a run folder of labcore.loop.train holds (labcore.runs.RunDir), the files every driver writes.
+RUN_FOLDER = ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json", "checkpoints/",
+              "events.out.tfevents.*")
+LOOP_OPTIONS = ("log_every", "checkpoint_every", "resume", "overwrite", "progress", "tensorboard", "evaluate", "seeds",
+                "on_metrics")
+
+
+class Setting(NamedTuple):
+    """A keyword of an algorithm's ``train`` beyond the loop's options (a flag on the command line)."""
+
+    name: str  # the keyword, e.g. "num_actors" (flag --num-actors)
+    type: Callable[[str], Any]  # int, float, str; bool: a --NAME / --no-NAME switch
+    default: Any
+    help: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """One algorithm as labcore runs it: see the module docstring."""
+
+    name: str
+    help: str  # one line: what it is and where it runs
+    package: str  # "labcore.agents.ppo": its folder; ``Config`` there is the config class
+    driver: str  # the module holding train / load_checkpoint / evaluate ("labcore.agents.ppo.run")
+    params: Callable[[Any, Any], Any]  # (config, state) -> the policy's parameters
+    presets: tuple[str, ...] = ()
+    settings: tuple[Setting, ...] = ()
+    refuses: Mapping[str, str] = dataclasses.field(default_factory=dict)  # option -> why it cannot be given
+    eval_fields: Mapping[str, str] = dataclasses.field(default_factory=dict)  # eval flag -> config field it sets
+    eval_settings: tuple[Setting, ...] = ()  # keywords of evaluate beyond (config, params, seed)
+    # eval_overrides: the config flags, all but ``training_only``, override the checkpoint's config
+    # at evaluation (IQN: another world; a network that does not fit the parameters is refused)
+    eval_overrides: bool = False
+    training_only: tuple[str, ...] = ()
+    run_folder: tuple[str, ...] = RUN_FOLDER
+    # Set in a command-line process before JAX starts (they cannot change after): run CPU calls on
+    # the calling thread (a host loop acting one step at a time), and extra XLA flags.
+    synchronous_dispatch: bool = False
+    xla_flags: tuple[str, ...] = ()
+    # True: under `python -m labcore launch` each worker joins the jax.distributed cluster and trains
+    # its share of one run (every other algorithm runs in one process and is refused there)
+    joins_cluster: bool = False
+    # the module-level names of ``driver`` (an adapter in this module where the driver's own
+    # function has another shape: see the adapters at the end)
+    train_function: str = "train"
+    evaluate_function: str = "evaluate"
+
+    def config_class(self) -> type:
+        return importlib.import_module(self.package).Config
+
+    def _function(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):  # an adapter of this module
+            return globals()[name]
+        return getattr(importlib.import_module(self.driver), name)
+
+    def train(self, config: Any, run_dir: str | os.PathLike | None = None, **options: Any):
+        """Train ``config`` into ``run_dir`` (None: in memory) -> ``labcore.loop.RunResult``."""
+        unknown = sorted(set(options) - set(LOOP_OPTIONS) - {setting.name for setting in self.settings})
+        if unknown:
+            raise TypeError(f"{self.name}: train() got unexpected keyword arguments {unknown}")
+        for option, why in self.refuses.items():
+            if options.get(option) not in (None, False):
+                raise ValueError(f"{option}: {self.name} {why}")
+        options = {name: value for name, value in options.items() if name not in self.refuses}
+        if options.get("log_every") is None:  # the drivers' one default: about 100 rows a run
+            options.pop("log_every", None)
+        return self._function(self.train_function)(config, run_dir, **options)
+
+    def load_checkpoint(self, path: str | os.PathLike, step: int | None = None) -> tuple[Any, Any]:
+        """(config, state) of a run folder of this algorithm, or its checkpoints/ folder (default: newest step)."""
+        return self._function("load_checkpoint")(path, step)
+
+    def evaluate(self, config: Any, params: Any, seed: int = 0, **settings: Any) -> dict[str, Any]:
+        """The trained policy played with ``seed``, no learning: a dict of numbers."""
+        return self._function(self.evaluate_function)(config, params, seed, **settings)
+
+
+def _attribute(path: str) -> Callable[[Any, Any], Any]:
+    """params(config, state) reading ``state.<path>`` (dots for nested attributes)."""
+
+    def params(config: Any, state: Any) -> Any:
+        for name in path.split("."):
+            state = getattr(state, name)
+        return state
+
+    return params
+
+
+def _gflownet_params(config: Any, state: Any) -> Any:
+    return state.params if hasattr(state, "params") else state  # a host trainer's result: the parameters
+
+
+def _data_parallel_params(config: Any, state: Any) -> Any:
+    """The learner's parameters: of replica 0's carry (``load_checkpoint``), or of the global carry
+    ``train`` returns (leaves [devices, replicas_per_device, ...]; every replica holds the same)."""
+    from labcore.agents.dqn import multi_process
+
+    params = state.train_state.params
+    return params if state.step.ndim == 0 else multi_process.first_replica(params)
+
+
+def _learner_params(config: Any, state: Any) -> Any:
+    """The learner's parameters: of its ``TrainState`` (``train``'s result) or of the checkpoint's
+    {"train_state", "replay", "key"} (``load_checkpoint``)."""
+    return (state["train_state"] if isinstance(state, dict) else state).params
+
+
+def _iqn_params(config: Any, state: Any) -> Any:
+    from labcore.agents.iqn import run
+
+    return run.agent_params(config, state)
+
+
+ONE_RUN = "runs one seed per call; run it once per seed"
+HOST_ROWS = "logs its rows itself; read them from the result or the run folder"
+
+ALGORITHMS: tuple[Algorithm, ...] = (
+    Algorithm(
+        "ppo", "action-masked PPO on Vault-v0 or a gymnax env, all of training one jitted program",
+        "labcore.agents.ppo", "labcore.agents.ppo.run", _attribute("params"), presets=("cartpole",),
+        eval_fields={"episodes": "eval_episodes"}),
+    Algorithm(
+        "pqn", "PQN (no replay, no target network) on a gymnax env, all of training one jitted program",
+        "labcore.agents.pqn", "labcore.agents.pqn.run", _attribute("params"), presets=("cartpole", "minatar"),
+        eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"}),
+    Algorithm(
+        "dqn-scan", "DQN on a gymnax env, all of training one jitted program (labcore.agents.dqn.train)",
+        "labcore.agents.dqn", "labcore.agents.dqn.scan", _attribute("train_state.params"), presets=("minatar",),
+        eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"}),
+    Algorithm(
+        "dqn-host", "DQN on gymnasium envs stepped in Python: classic control, or Atari through ale-py",
+        "labcore.agents.dqn", "labcore.agents.dqn.host_loop", _attribute("params"),
+        presets=("nature_atari", "atari_short"),
+        settings=(Setting("save_replay", bool, True, "keep the replay buffer and the envs in checkpoints "
+                                                     "(an exact resume; --no-save-replay: smaller checkpoints)"),),
+        refuses={"seeds": ONE_RUN, "on_metrics": HOST_ROWS}, eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"},
+        train_function="_train_dqn_host", evaluate_function="_evaluate_dqn_host", synchronous_dispatch=True),
+    Algorithm(
+        "dqn-data-parallel", "DQN over every device of this process, or of every process `launch` starts "
+                             "(gradients averaged, parameters identical everywhere)",
+        "labcore.agents.dqn", "labcore.agents.dqn.multi_process", _data_parallel_params,
+        presets=("minatar",),
+        settings=(Setting("replicas_per_device", int, 1, "DQN replicas on each device (8 on 1 device run as 1 on "
+                                                         "each of 8)"),),
+        refuses={"seeds": "runs one seed: its replicas already fill the devices"},
+        eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"}, evaluate_function="_evaluate_dqn_scan",
+        joins_cluster=True),
+    Algorithm(
+        "dqn-actor-learner", "DQN with Ray actors feeding one learner: this machine, or a Ray cluster (--address)",
+        "labcore.agents.dqn", "labcore.agents.dqn.actor_learner", _learner_params,
+        settings=(
+            Setting("address", str, None, "Ray cluster to join: 'auto' (the one `ray start` runs on this machine) "
+                                          "or HEAD_IP:PORT; default: start Ray here, listening on 127.0.0.1 only"),
+            Setting("num_actors", int, 2, "Ray actors, spread over the cluster's nodes"),
+            Setting("envs_per_actor", int, 4, "gymnax envs each actor steps"),
+            Setting("rollout_steps", int, 32, "steps of each rollout an actor returns"),
+            Setting("broadcast_every", int, 10, "learner updates between parameter copies"),
+            Setting("max_restarts", int, 3, "times Ray restarts an actor that died"),
+            Setting("cpus_per_actor", float, 1.0, "Ray CPUs each actor reserves"),
+            Setting("stall_timeout_s", float, 120.0, "seconds without any rollout before the run stops "
+                                                     "(actors that cannot be placed)"),
+            Setting("actor_deadline_s", float, 60.0, "seconds an actor may go without delivering a rollout before it "
+                                                     "is killed and restarted (its first after a start: at least "
+                                                     "three times the slowest first one measured)"),
+            Setting("timeout_s", float, None, "seconds for the whole run (default: no limit)"),
+        ),
+        refuses={"seeds": ONE_RUN, "on_metrics": HOST_ROWS}, eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"},
+        train_function="_train_dqn_actor_learner", evaluate_function="_evaluate_dqn_scan"),
+    Algorithm(
+        "gflownet", "a GFlowNet on HyperGrid: all PyTorch, PyTorch sampling + JAX gradients, or all JAX "
+                    "(--trainer jax: checkpoints, resume, seeds)",
+        "labcore.agents.gflownet", "labcore.agents.gflownet.run", _gflownet_params,
+        eval_fields={"samples": "l1_samples"}),
+    Algorithm(
+        "iqn", "multi-agent IQN on treasurehunt in one of four run modes, pytorch .. jax_fused "
+               "(--mode jax_fused: checkpoints, resume, seeds)",
+        "labcore.agents.iqn", "labcore.agents.iqn.run", _iqn_params,
+        eval_settings=(Setting("epochs", int, 10, "epochs of play"),), eval_overrides=True,
+        training_only=("mode", "epochs", "seed", "num_worlds", "epochs_per_call"),
+        # jax 0.10.2 on the CPU can hang after compiling a vmapped training run with its
+        # concurrency-optimised scheduler, and IQN vmaps whole epochs over worlds and agents
+        xla_flags=("--xla_cpu_enable_concurrency_optimized_scheduler=false",)),
+)
+
+NAMES = tuple(algorithm.name for algorithm in ALGORITHMS)
+
+
+def get(name: str) -> Algorithm:
+    """The algorithm called ``name``; ValueError listing the names otherwise."""
+    for algorithm in ALGORITHMS:
+        if algorithm.name == name:
+            return algorithm
+    hint = " (DQN: name its driver)" if name == "dqn" else ""
+    raise ValueError(f"algorithm: no algorithm {name!r}{hint}; labcore has {', '.join(NAMES)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Adapters: the drivers whose own functions have another shape than the contract's
+
+
+def _train_dqn_host(config: Any, run_dir: str | os.PathLike | None = None, *, evaluate: bool = True, **options: Any):
+    from labcore.agents.dqn import host_loop
+
+    return host_loop.train(config, run_dir=run_dir, eval_episodes=config.eval_episodes if evaluate else 0, **options)
+
+
+def _train_dqn_actor_learner(config: Any, run_dir: str | os.PathLike | None = None, **options: Any):
+    from labcore.agents.dqn import actor_learner
+
+    options.pop("progress", None)  # it shows rows, never a bar
+    return actor_learner.run(config, run_dir=run_dir, **options)
+
+
+def _evaluate_dqn_host(config: Any, params: Any, seed: int = 0) -> dict[str, Any]:
+    """``config.eval_episodes`` gymnasium episodes at ``config.eval_epsilon`` (whole Atari games)."""
+    import numpy as np
+
+    from labcore.agents.dqn import host_loop
+
+    scores = np.asarray(host_loop.evaluate(config, params, seed=seed))
+    return {"eval_episodes": int(scores.size), "eval_epsilon": config.eval_epsilon,
+            "eval_return_mean": float(scores.mean()), "eval_return_std": float(scores.std()),
+            "eval_return_min": float(scores.min()), "eval_return_max": float(scores.max())}
+
+
+def _evaluate_dqn_scan(config: Any, params: Any, seed: int = 0) -> dict[str, Any]:
+    """The jitted DQN's evaluation (gymnax envs), for the drivers that train the same network on them."""
+    from labcore.agents.dqn import scan
+
+    return scan.evaluate(config, params, seed)

@@ -1,0 +1,180 @@
+"""labcore.agents.registry: every algorithm trains, resumes, loads and evaluates the same way, in
+Python and on the command line, and refuses another algorithm's run folder in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from labcore import __main__ as cli
+from labcore import runs
+from labcore.agents import registry
+
+
+def tiny_config(name: str):
+    """A config of ``name`` that trains in seconds, with at least four updates (two checkpoints)."""
+    config_class = registry.get(name).config_class()
+    dqn = dict(total_steps=1_200, learning_starts=500, buffer_size=1_000, batch_size=32, hidden_sizes=(32,),
+               eval_episodes=4)
+    return {
+        "ppo": lambda: config_class(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 4, hidden_size=32,
+                                    eval_episodes=4),
+        "pqn": lambda: config_class(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=4,
+                                    hidden_sizes=(32, 32), eval_episodes=4),
+        "dqn-scan": lambda: config_class(**dqn),
+        "dqn-host": lambda: config_class(**dqn),
+        "dqn-data-parallel": lambda: config_class(**dqn),
+        "dqn-actor-learner": lambda: config_class(**dqn),
+        "gflownet": lambda: config_class(trainer="jax", ndim=2, height=4, hidden_size=16, batch_size=8, iterations=4,
+                                         l1_samples=20),
+        "iqn": lambda: config_class(mode="jax_fused", epochs=6, height=6, width=6, n_agents=2, max_turns=5, hidden_size=8,
+                                    n_quantiles=2, n_tau_act=4, buffer_size=32, batch_size=4, n_frames=2),
+    }[name]()
+
+
+# Updates between checkpoints (half of each tiny run: two checkpoints), and each one's own settings.
+CHECKPOINT_EVERY = {"ppo": 2, "pqn": 2, "dqn-scan": 60, "dqn-host": 60, "dqn-data-parallel": 60,
+                    "dqn-actor-learner": 60, "gflownet": 2, "iqn": 3}  # DQN: 1,200 steps / train_frequency 10
+SETTINGS = {"dqn-actor-learner": dict(num_actors=1, envs_per_actor=4, rollout_steps=8)}
+# An asynchronous run is not repeatable (which actor's rollout arrives first is the OS's choice).
+REPEATABLE = set(registry.NAMES) - {"dqn-actor-learner"}
+
+
+def test_every_name_is_one_algorithm_and_dqn_names_its_driver():
+    assert len(set(registry.NAMES)) == len(registry.NAMES)
+    assert {name for name in registry.NAMES if name.startswith("dqn")} == {
+        "dqn-scan", "dqn-host", "dqn-data-parallel", "dqn-actor-learner"}
+    with pytest.raises(ValueError, match=r"no algorithm 'dqn' \(DQN: name its driver\); labcore has ppo, pqn, dqn-scan"):
+        registry.get("dqn")
+    from labcore.agents import dqn
+
+    assert dqn.train is registry.get("dqn-scan")._function("train")  # the package's train is the jitted DQN's
+    cli_names = cli.build_parser()._subparsers._group_actions[0].choices
+    for command in ("train", "eval"):
+        assert tuple(cli_names[command]._subparsers._group_actions[0].choices) == registry.NAMES
+
+
+def newest_checkpoint(run: Path) -> Path:
+    return max((path for path in (run / "checkpoints").iterdir() if path.name.isdigit()), key=lambda p: int(p.name))
+
+
+def interrupted(run: Path) -> int:
+    """Remove the run's newest checkpoint, as a run killed before writing it leaves the folder; its step."""
+    newest = newest_checkpoint(run)
+    shutil.rmtree(newest)
+    return int(newest.name)
+
+
+def same_leaves(a, b) -> bool:
+    def plain(leaf):
+        return np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
+
+    leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(leaves_a) == len(leaves_b) and all(np.array_equal(plain(x), plain(y)) for x, y in zip(leaves_a, leaves_b))
+
+
+def a_report_of_numbers(report: dict) -> bool:
+    return bool(report) and all(isinstance(value, numbers.Number) and not isinstance(value, bool)
+                                for value in report.values())
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_every_algorithm_trains_resumes_loads_and_evaluates_in_python_and_on_the_command_line(name, tmp_path, capsys):
+    algorithm = registry.get(name)
+    config = tiny_config(name)
+    options = dict(checkpoint_every=CHECKPOINT_EVERY[name], progress=False, **SETTINGS.get(name, {}))
+
+    # Python: a run folder holding what the registry says, a resume after an interruption, a load, an evaluation
+    run = tmp_path / "python"
+    first = algorithm.train(config, run, **options)
+    for entry in algorithm.run_folder:
+        assert list(run.glob(entry.rstrip("/"))), f"{name}'s run folder has no {entry}"
+    interrupted(run)
+    resumed = algorithm.train(config, run, resume=True, **options)
+    assert resumed.summary["updates"] == first.summary["updates"]
+    loaded_config, state = algorithm.load_checkpoint(run)
+    assert loaded_config == config
+    params = algorithm.params(loaded_config, state)
+    if name in REPEATABLE:  # the resumed run ends where the uninterrupted one did, bit for bit
+        assert same_leaves(algorithm.params(config, first.state), params)
+    report = algorithm.evaluate(loaded_config, params, seed=0)
+    assert a_report_of_numbers(report), report
+    capsys.readouterr()
+
+    # The command line, from the saved config.json: the same run, resumed, then evaluated
+    command_run = tmp_path / "command-line"
+    settings = [flag for key, value in SETTINGS.get(name, {}).items() for flag in (f"--{key.replace('_', '-')}", str(value))]
+    train = ["train", name, "--config", str(run / "config.json"), "--run-dir", str(command_run), "--no-progress",
+             "--checkpoint-every", str(CHECKPOINT_EVERY[name]), *settings]
+    assert cli.main(train) == 0
+    interrupted(command_run)
+    assert cli.main([*train, "--resume"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["updates"] == first.summary["updates"]
+    assert cli.main(["eval", name, "--checkpoint", str(command_run), "--seed", "0"]) == 0
+    evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert evaluated["algorithm"] == name and evaluated["seed"] == 0
+    if name in REPEATABLE:  # the same config, seed and program: the same parameters, the same evaluation
+        assert {key: evaluated[key] for key in report} == report
+
+    # Every other algorithm refuses this folder in one line naming what it holds and the command that evaluates it
+    from labcore.checkpoint import WrongCheckpoint
+
+    for other in registry.NAMES:
+        if other == name:
+            continue
+        with pytest.raises(WrongCheckpoint) as refused:
+            registry.get(other).load_checkpoint(run)
+        message = str(refused.value)
+        assert "\n" not in message and f"eval {name} --checkpoint" in message and other in message, message
+        assert cli.main(["eval", other, "--checkpoint", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and f"eval {name} --checkpoint" in err, err
+
+
+def test_train_from_a_saved_config_with_flags_overriding_and_a_config_of_another_algorithm_refused(tmp_path, capsys):
+    saved = tmp_path / "config.json"
+    saved.write_text(json.dumps(runs.config_dict(tiny_config("ppo"))))
+    args = cli.build_parser().parse_args(["train", "ppo", "--config", str(saved), "--total-steps", "1024"])
+    assert cli._config_from(args, registry.get("ppo")) == dataclasses.replace(tiny_config("ppo"), total_steps=1024)
+    folder = cli.build_parser().parse_args(["train", "ppo", "--config", str(tmp_path)])  # the folder holding it
+    assert cli._config_from(folder, registry.get("ppo")) == tiny_config("ppo")
+    assert cli.main(["train", "pqn", "--config", str(saved)]) == 2
+    assert "error: --config: " in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a preset and a saved config are two starting points: one of them
+        cli.build_parser().parse_args(["train", "ppo", "--config", str(saved), "--preset", "cartpole"])
+
+
+def test_an_option_an_algorithm_cannot_honour_is_refused_by_name():
+    with pytest.raises(ValueError, match="seeds: dqn-host runs one seed per call"):
+        registry.get("dqn-host").train(tiny_config("dqn-host"), seeds=2)
+    with pytest.raises(TypeError, match=r"ppo: train\(\) got unexpected keyword arguments \['num_actors'\]"):
+        registry.get("ppo").train(tiny_config("ppo"), num_actors=2)
+
+
+def test_help_and_version_answer_without_starting_jax():
+    import subprocess
+    import sys
+
+    code = ("import sys; from labcore import __main__ as cli\n"
+            "try:\n    cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('jax', 'flax', 'optax', 'haiku', 'orbax') if m in sys.modules)\n"
+            "print('imported:', heavy)")
+    for words in (["--help"], ["train", "--help"], *(["train", name, "--help"] for name in registry.NAMES),
+                  ["eval", "iqn", "--help"], ["--version"]):
+        done = subprocess.run([sys.executable, "-c", code, *words], capture_output=True, text=True, timeout=120)
+        assert done.stdout.strip().endswith("imported: []"), (words, done.stdout[-500:], done.stderr[-2000:])
+
+
+def test_the_architecture_guide_lists_every_algorithm_of_the_registry():
+    from conftest import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "guide" / "architecture.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert rows == [f"| `{a.name}` | `{a.driver}` | {a.help} |" for a in registry.ALGORITHMS]
