@@ -239,7 +239,7 @@ def test_train_pqn_cli_writes_a_results_folder_then_evaluates(tmp_path, capsys):
     assert sorted(int(p.name) for p in (run / "checkpoints").iterdir()) == [20, 40]
     assert cli(["eval", "pqn", "--checkpoint", str(run), "--episodes", "4", "--epsilon", "1.0"]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert report["update_step"] == 40 and report["eval_episodes"] == 4 and report["eval_epsilon"] == 1.0
+    assert report["step"] == 40 and report["eval_episodes"] == 4 and report["eval_epsilon"] == 1.0
     assert cli(["train", "pqn", "--q-lambda", "2", "--run-dir", str(tmp_path / "bad"), "--no-progress"]) == 2
     assert "PQNConfig.q_lambda must be" in capsys.readouterr().err and not (tmp_path / "bad").exists()
     assert cli(["train", "pqn", "--preset", "minatar", "--env", "Pong-MinAtar", "--no-progress"]) == 2

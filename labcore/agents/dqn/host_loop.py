@@ -416,11 +416,6 @@ def _restore(run: runs.RunDir, config: dqn.DQNConfig, train_state, replay_state)
     }
 
 
-def _config_from_metadata(metadata: dict[str, Any]) -> dqn.DQNConfig:
-    """The DQNConfig a checkpoint was written with (JSON turned its tuples into lists)."""
-    return dqn.DQNConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in metadata["config"].items()})
-
-
 def _vector_env_from(env_list: list[gym.Env]) -> gym.vector.SyncVectorEnv:
     """A vector env around already-running envs (restored from a checkpoint): no reset."""
     return gym.vector.SyncVectorEnv(
@@ -433,7 +428,7 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     checkpoint of another algorithm is refused (``labcore.checkpoint.WrongCheckpoint``)."""
     directory = runs.checkpoint_dir(path)
     metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), ALGORITHM, path)
-    config = _config_from_metadata(metadata)
+    config = loop.config_from_dict(dqn.DQNConfig, metadata["config"])
     state, _ = checkpoint.restore(directory, checkpoint_template(config)(metadata), step)
     return config, jax.tree_util.tree_map(jnp.asarray, state["train_state"])
 
