@@ -22,8 +22,7 @@ that is said once per folder.
 
 **One metadata schema for every driver** (``run_metadata`` builds it). Each step's metadata holds
 
-    algorithm        the registry name of what trained it (``ALGORITHMS``: "ppo", "pqn", "dqn-scan",
-                     "dqn-host", "dqn-data-parallel", "dqn-actor-learner", "gflownet", "iqn"); null
+    algorithm        the name of what trained it in ``labcore.agents.registry`` ("ppo", "dqn-scan", ...); null
                      for a program outside the registry (one a notebook builds), which any loader takes
     driver           the module that wrote it ("labcore.loop", "labcore.agents.dqn.host_loop", ...)
     labcore_version  ``labcore.__version__`` of the writer
@@ -72,9 +71,6 @@ class DamagedCheckpoints(RuntimeError):
     """Checkpoints were found, and none of them is intact (or restores)."""
 
 
-# The names a checkpoint's "algorithm" may hold: the command line's (labcore.agents.registry.NAMES,
-# which this building block may not import; tests/test_checkpoint_schema.py keeps the two equal).
-ALGORITHMS = ("ppo", "pqn", "dqn-scan", "dqn-host", "dqn-data-parallel", "dqn-actor-learner", "gflownet", "iqn")
 SCHEMA_KEYS = ("algorithm", "driver", "labcore_version", "config", "step")
 
 
@@ -85,10 +81,10 @@ class WrongCheckpoint(ValueError):
 def run_metadata(algorithm: str, driver: str, config_fields: Mapping[str, Any], step: int,
                  **extra: Any) -> dict[str, Any]:
     """A checkpoint's metadata in the schema of the module docstring: ``algorithm`` (a name of
-    ``ALGORITHMS``, or "" for a program outside the registry), ``driver`` (the writing module's
-    name), the config's JSON fields, the step, and the driver's own ``extra`` keys."""
-    if algorithm and algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm: {algorithm!r} is not one of labcore's algorithms {ALGORITHMS}")
+    ``labcore.agents.registry``, or "" for a program outside the registry), ``driver`` (the
+    writing module's name), the config's JSON fields, the step, and the driver's own ``extra``
+    keys. (The names are the registry's alone: tests/test_registry.py has every algorithm's
+    folder refused by every other algorithm, which holds each driver to its own name.)"""
     clash = sorted(set(SCHEMA_KEYS) & set(extra))
     if clash:
         raise ValueError(f"run_metadata: {clash} are the schema's own keys, not a driver's extra ones")

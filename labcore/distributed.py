@@ -219,7 +219,7 @@ def launch(
 ) -> LaunchResult:
     """Run ``command`` (an argv list) as ``num_processes`` workers on 127.0.0.1.
 
-    A command starting with "-" or a labcore subcommand (e.g. ["train", "dqn", ...]) runs as
+    A command starting with "-" or a labcore subcommand (e.g. ["train", "dqn-data-parallel", ...]) runs as
     ``python -m labcore ...``; otherwise it is run as given (e.g. [sys.executable, "script.py"]).
     Workers are expected to call ``initialize()``, which prints JOINED_MARK once the cluster
     formed. Returns when every worker has exited, or after stopping all of them when one fails,

@@ -79,7 +79,7 @@ class Program(NamedTuple):
     written_with: Mapping[str, Any] = {}
     # how a chunk's lowered program is compiled (default ``lowered.compile()``), e.g. with compiler options
     compile: Callable[[jax.stages.Lowered], jax.stages.Compiled] | None = None
-    # the registry name its checkpoints record ("ppo", "dqn-scan", ...; labcore.checkpoint.ALGORITHMS), so
+    # the registry name its checkpoints record ("ppo", "dqn-scan", ...; labcore.agents.registry), so
     # that another algorithm's loader or resume refuses them by name; "" for a program outside the registry
     algorithm: str = ""
 
