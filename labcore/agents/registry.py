@@ -178,7 +178,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         settings=(Setting("save_replay", bool, True, "keep the replay buffer and the envs in checkpoints "
                                                      "(an exact resume; --no-save-replay: smaller checkpoints)"),),
         refuses={"seeds": ONE_RUN, "on_metrics": HOST_ROWS}, eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"},
-        train_function="_train_dqn_host", evaluate_function="_evaluate_dqn_host", synchronous_dispatch=True),
+        train_function="_train_dqn_host", evaluate_function="summarize_evaluation", synchronous_dispatch=True),
     Algorithm(
         "dqn-data-parallel", "DQN over every device of this process, or of every process `launch` starts "
                              "(gradients averaged, parameters identical everywhere)",
@@ -253,18 +253,6 @@ def _train_dqn_actor_learner(config: Any, run_dir: str | os.PathLike | None = No
 
     options.pop("progress", None)  # it shows rows, never a bar
     return actor_learner.run(config, run_dir=run_dir, **options)
-
-
-def _evaluate_dqn_host(config: Any, params: Any, seed: int = 0) -> dict[str, Any]:
-    """``config.eval_episodes`` gymnasium episodes at ``config.eval_epsilon`` (whole Atari games)."""
-    import numpy as np
-
-    from labcore.agents.dqn import host_loop
-
-    scores = np.asarray(host_loop.evaluate(config, params, seed=seed))
-    return {"eval_episodes": int(scores.size), "eval_epsilon": config.eval_epsilon,
-            "eval_return_mean": float(scores.mean()), "eval_return_std": float(scores.std()),
-            "eval_return_min": float(scores.min()), "eval_return_max": float(scores.max())}
 
 
 def _evaluate_dqn_scan(config: Any, params: Any, seed: int = 0) -> dict[str, Any]:

@@ -341,11 +341,7 @@ def train(
 
     vector_env.close()
     host.stop()
-    evaluation = {}
-    if eval_episodes:
-        scores = np.asarray(evaluate(config, train_state.params, episodes=eval_episodes))
-        evaluation = {"eval_episodes": int(scores.size), "eval_epsilon": config.eval_epsilon,
-                      "eval_return_mean": float(scores.mean()), "eval_return_std": float(scores.std())}
+    evaluation = summarize_evaluation(config, train_state.params, episodes=eval_episodes) if eval_episodes else {}
     return host.finish(train_state, updates=step // config.train_frequency, steps=step,
                        extra={"episodes": len(episode_returns)}, evaluation=evaluation)
 
@@ -431,6 +427,16 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     config = loop.config_from_dict(dqn.DQNConfig, metadata["config"])
     state, _ = checkpoint.restore(directory, checkpoint_template(config)(metadata), step)
     return config, jax.tree_util.tree_map(jnp.asarray, state["train_state"])
+
+
+def summarize_evaluation(config: dqn.DQNConfig, params: hk.Params, seed: int = 10_000,
+                         episodes: int | None = None) -> dict[str, Any]:
+    """``evaluate``'s scores as the summary's numbers: eval_episodes, eval_epsilon and the returns'
+    mean, std, min and max (the end of ``train``, and the registry's ``evaluate`` of dqn-host)."""
+    scores = np.asarray(evaluate(config, params, episodes=episodes, seed=seed))
+    return {"eval_episodes": int(scores.size), "eval_epsilon": config.eval_epsilon,
+            "eval_return_mean": float(scores.mean()), "eval_return_std": float(scores.std()),
+            "eval_return_min": float(scores.min()), "eval_return_max": float(scores.max())}
 
 
 def evaluate(
