@@ -58,8 +58,11 @@ def test_masked_sampling_never_picks_an_illegal_action_and_matches_float64():
     np.testing.assert_allclose(np.asarray(policy.entropy()), ref_entropy, rtol=1e-5, atol=1e-6)
 
 
-def test_rollout_sampling_draws_what_the_masked_policy_draws():
-    """ppo.sample_action (the rollout's sampler) gives masked_policy's sample and log_prob, bit for bit."""
+@pytest.mark.parametrize("gpu", [False, True])
+def test_rollout_sampling_draws_what_the_masked_policy_draws(monkeypatch, gpu):
+    """ppo.sample_action (the rollout's sampler) gives masked_policy's sample and log_prob, bit for bit,
+    in the form it takes on a GPU (one fused log-softmax) and elsewhere."""
+    monkeypatch.setattr(devices, "launch_bound", lambda: gpu)
     rng = np.random.default_rng(2)
     n, actions = 2_000, 13
     logits = jnp.asarray(rng.normal(scale=rng.uniform(0.1, 20.0, (n, 1)), size=(n, actions)).astype(np.float32))

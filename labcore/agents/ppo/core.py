@@ -36,7 +36,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from labcore import envs, evaluation, logged_scan, loop, losses, packing, truncation
+from labcore import devices, envs, evaluation, logged_scan, loop, losses, packing, truncation
 from labcore.agents.ppo.config import ACTIVATIONS, COMPUTE_DTYPES, PPOConfig  # noqa: F401 (core.PPOConfig, as before)
 from labcore.nets.actor_critic import make_actor_critic
 from labcore.nets.functional import Functional
@@ -106,6 +106,13 @@ def sample_action(key: jax.Array, logits: jax.Array, mask: jax.Array | None) -> 
     """
     if mask is None:
         log_probs = jax.nn.log_softmax(logits)
+        choice_logits = log_probs
+    elif devices.launch_bound():
+        # On a GPU, XLA compiles a log-softmax of elementwise-computed logits into one kernel (a
+        # Triton softmax); the form below, tuned for the CPU, compiles there to two reductions: one
+        # more kernel at every rollout step (counted in the program compiled for an H200,
+        # benchmarks/gpu_kernels.py). Masked entries are about -1e9, never drawn.
+        log_probs = jax.nn.log_softmax(losses.masked_logits(logits, mask))
         choice_logits = log_probs
     else:
         # jax.nn.log_softmax(losses.masked_logits(logits, mask)), operation for operation, with the
