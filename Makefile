@@ -14,6 +14,8 @@
 #   make bench-device  time every lesson at its full budget on this machine's device, then run every
 #                      benchmark; fills the device's column of the lesson-times table. BUDGET=540 runs
 #                      only what fits in 540 s (the same command again goes on); PART=1/3 a third of it
+#   make gpu-compiler  JAX's CUDA plugin of .venv's jaxlib in .venv/gpu-compiler, to compile programs for
+#                      a GPU without one (benchmarks/gpu_kernels.py); `make test` installs it on Linux
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 # On Linux, PyPI's torch is a CUDA build of several GB. `make lab TORCH_INDEX=https://download.pytorch.org/whl/cpu`
@@ -54,7 +56,7 @@ NOTEBOOK_WORKERS ?= 1
 XDIST_UNIT := -n $(TEST_WORKERS) --dist worksteal
 XDIST_NOTEBOOKS := -n $(NOTEBOOK_WORKERS) --dist loadfile
 
-.PHONY: lab test test-compat venv doctor colab-sync docs docs-check bench-device
+.PHONY: lab test test-compat venv doctor colab-sync docs docs-check bench-device gpu-compiler
 
 venv: $(PACKAGE_STAMP)
 
@@ -80,7 +82,22 @@ lab: $(PACKAGE_STAMP)
 # The notebooks run even when a unit test fails, so one CI run reports every failure. The notebook
 # run also records each passing notebook with its outputs for the site (docs/tooling/record_outputs.py),
 # so `make docs` renders this execution instead of running the notebooks again.
-test: $(PACKAGE_STAMP)
+# JAX's CUDA plugin (about 180 MB) of the jaxlib in .venv, in a folder of its own that nothing imports
+# unless asked: with it, XLA compiles a program for a GPU that is not there and shows the kernels it
+# would launch (labcore.tools.gpu_program; tests/test_gpu_program.py reads PPO's). JAX publishes the
+# plugin for Linux (x86_64, aarch64) only, so elsewhere `make test` goes on without it.
+GPU_COMPILER := $(VENV)/gpu-compiler
+GPU_COMPILER_STAMP := $(GPU_COMPILER)/.installed
+$(GPU_COMPILER_STAMP): $(STAMP)
+	rm -rf $(GPU_COMPILER)
+	version=$$($(BIN)/python -c 'import jaxlib; print(jaxlib.__version__)'); \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --target $(GPU_COMPILER) \
+	  "jax-cuda12-plugin==$$version" "jax-cuda12-pjrt==$$version"
+	touch $@
+gpu-compiler: $(GPU_COMPILER_STAMP)
+GPU_COMPILER_FOR_TESTS := $(if $(and $(filter Linux,$(shell uname -s)),$(filter x86_64 aarch64,$(shell uname -m))),$(GPU_COMPILER_STAMP))
+
+test: $(PACKAGE_STAMP) $(GPU_COMPILER_FOR_TESTS)
 	$(BIN)/python -m pytest tests $(XDIST_UNIT) -m "not several_processes" --durations=10; shared=$$?; \
 	$(BIN)/python -m pytest tests -m several_processes --durations=5; alone=$$?; \
 	$(BIN)/python -m pytest notebooks $(XDIST_NOTEBOOKS) -p docs.tooling.record_outputs --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
