@@ -5,8 +5,9 @@ Each row is one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole
 * side-by-side pairs on CartPole-v1 (PureJaxRL's settings, 64 x 2 tanh, 128 steps per env per
   update) at each ``--envs`` count: the default PPO (action masking, truncation bootstrap, metrics
   callback) beside the same run stripped to what PureJaxRL computes (no mask, no bootstrap, no
-  callback). Both are compiled first, then run alternately ``--rounds`` times; the run time is the
-  median, and "x stripped" the median of the rounds' ratios (its range beside it);
+  callback). Both are compiled first, then timed in ``--rounds`` rounds, each running them in order
+  and then in reverse (its time for a program: the mean of the two); the run time is the median
+  of the rounds, and "x stripped" the median of the rounds' ratios (its range beside it);
 * Vault-v0 with the default PPOConfig (256 envs x 128 steps, 256 x 2);
 * CartPole 4 x 128 vmapped over ``--seeds`` seeds: wall time per seed.
 
@@ -89,7 +90,7 @@ EACH_FEATURE = (
 
 def side_by_side(envs: int, timesteps: int, rounds: int, features: bool = False) -> list[dict]:
     """The stripped and the default PPO at ``envs`` x 128 (with ``features``, also each feature alone on
-    top of the stripped run), compiled, then run alternately ``rounds`` times."""
+    top of the stripped run), compiled, then timed in ``rounds`` rounds, each in order and in reverse."""
     variants = [STRIPPED, *(EACH_FEATURE if features else ()), DEFAULT]
     runs = {name: compiled_run(ppo.PPOConfig.cartpole(num_envs=envs, total_steps=timesteps, **overrides),
                                metrics_callback=callback)
@@ -97,9 +98,15 @@ def side_by_side(envs: int, timesteps: int, rounds: int, features: bool = False)
     seconds = {name: [] for name in runs}
     metrics = {}
     for _ in range(rounds):
-        for name, run in runs.items():
-            wall, metrics[name] = timed(run)
-            seconds[name].append(wall)
+        # A round runs the programs in order, then in reverse, and a program's time is its two runs:
+        # a drift across the round (a device's clock, a host's turbo) then adds the same to each program,
+        # where a fixed order would charge it to the later ones.
+        walls = {name: 0.0 for name in runs}
+        for name in [*runs, *reversed(runs)]:
+            wall, metrics[name] = timed(runs[name])
+            walls[name] += wall
+        for name, wall in walls.items():
+            seconds[name].append(wall / 2)
     label = f"CartPole {envs}x128"
     rows = []
     for name in runs:
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--envs", type=int, nargs="+", default=[4, 64], help="env counts of the side-by-side pairs")
     parser.add_argument("--timesteps", type=int, default=500_000, help="steps per CartPole run (per seed)")
     parser.add_argument("--min-updates", type=int, default=32, help="a pair runs at least this many updates")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating timed runs of each pair")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds, each running the programs in order and then in reverse")
     parser.add_argument("--vault-timesteps", type=int, default=2_097_152, help="steps of the Vault run (0: none)")
     parser.add_argument("--seeds", type=int, nargs="*", default=[1, 8, 64], help="seed counts of the vmapped runs")
     parser.add_argument("--features", action="store_true",
