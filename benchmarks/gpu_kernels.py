@@ -1,8 +1,8 @@
 """Kernels per loop turn of every jitted training program, as XLA compiles it for an NVIDIA H200, no GPU needed.
 
 Each program is the one ``labcore.loop.train`` runs (its driver's ``make_program``, the metrics
-callback on, the default ``log_every``), traced in the form it takes on a GPU
-(``labcore.devices.launch_bound``) and compiled for the H200 by ``labcore.tools.gpu_program``.
+callback on, the default ``log_every``), traced in the form it takes on a GPU and compiled for the
+H200 by ``labcore.tools.gpu_program``.
 For each program: every loop with its trip count and the kernels one turn launches, and the
 kernels of one update. PPO comes as side-by-side pairs on CartPole: the default beside the run
 stripped to PureJaxRL's computation (no mask, no truncation bootstrap, no metrics callback), the
@@ -30,7 +30,7 @@ os.environ["LABCORE_COMPILATION_CACHE"] = "0"  # compiled for another device: no
 
 import jax  # noqa: E402
 
-from labcore import devices, loop  # noqa: E402
+from labcore import loop  # noqa: E402
 from labcore.tools import gpu_program  # noqa: E402
 from labcore.tools.benchmarking import write_results  # noqa: E402
 
@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
 
-    devices.launch_bound = lambda: True  # trace every program in the form it takes on a GPU
     rows = []
     for label, program in programs(args.programs):
         text = gpu_program.compile_for_gpu(lambda key: program.run(program.init(key), program.num_updates),

@@ -10,11 +10,12 @@ rather than probing JAX themselves, so that platform quirks live in one place.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 
@@ -92,9 +93,28 @@ def launch_bound() -> bool:
     launches what follows (a scan of fixed length is not). Programs that run one step after another
     therefore choose, where the arithmetic is the same, the form with fewer writes and no such
     branch on a GPU, and the cheaper arithmetic elsewhere: ``labcore.packing.scan``,
-    ``labcore.truncation.final_values`` and ``labcore.logged_scan.scan_updates``.
+    ``labcore.truncation.final_values`` and ``labcore.logged_scan.scan_updates``. Inside
+    ``compiling_for(platform)`` it answers for that platform instead.
     """
-    return platform() == "gpu"
+    return (platform() if _compiling_for is None else _compiling_for) == "gpu"
+
+
+_compiling_for: str | None = None  # set by compiling_for()
+
+
+@contextlib.contextmanager
+def compiling_for(target_platform: str) -> Iterator[None]:
+    """Trace programs in the form they take on ``target_platform`` ('cpu', 'gpu', 'tpu'), whatever
+    device this process runs on: for compiling a program for another device
+    (``labcore.tools.gpu_program.compile_for_gpu``)."""
+    global _compiling_for
+    if target_platform not in ("cpu", "gpu", "tpu"):
+        raise ValueError(f"target_platform: 'cpu', 'gpu' or 'tpu', got {target_platform!r}")
+    before, _compiling_for = _compiling_for, target_platform
+    try:
+        yield
+    finally:
+        _compiling_for = before
 
 
 @dataclasses.dataclass(frozen=True)

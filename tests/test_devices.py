@@ -16,6 +16,18 @@ def test_platform_matches_jax_default_backend():
     assert devices.platform() == ("gpu" if backend in ("cuda", "rocm") else backend)
 
 
+def test_compiling_for_a_platform_changes_the_form_programs_take_until_it_ends():
+    assert not devices.launch_bound()  # these tests run on the CPU
+    with devices.compiling_for("gpu"):
+        assert devices.launch_bound() and devices.platform() == "cpu"  # the form changes, not the device
+        with devices.compiling_for("tpu"):
+            assert not devices.launch_bound()
+        assert devices.launch_bound()
+    assert not devices.launch_bound()
+    with pytest.raises(ValueError, match="target_platform"), devices.compiling_for("cuda"):
+        pass
+
+
 def test_report_lists_every_jax_device():
     report = devices.report()
     assert report.device_count == len(jax.devices()) >= 1

@@ -34,6 +34,8 @@ from typing import Any, NamedTuple
 
 import jax
 
+from labcore import devices
+
 # XLA's description of an NVIDIA H200 141GB HBM3e (its specs folder), the fields every XLA since JAX 0.7 reads.
 H200 = """
 gpu_device_info {
@@ -113,8 +115,9 @@ def _callbacks_compile_only() -> Iterator[None]:
         except RuntimeError:
             return jax.devices("cpu")[0].client
 
-    def compile_without_callables(backend: Any, module: Any, devices: Any, options: Any, host_callbacks: Any) -> Any:
-        return compile_and_load(backend, module, devices, options, [])
+    def compile_without_callables(backend: Any, module: Any, executable_devices: Any, options: Any,
+                                  host_callbacks: Any) -> Any:
+        return compile_and_load(backend, module, executable_devices, options, [])
 
     mlir.ModuleContext.get_backend, compiler.backend_compile_and_load = backend, compile_without_callables
     try:
@@ -126,13 +129,12 @@ def _callbacks_compile_only() -> Iterator[None]:
 def compile_for_gpu(fn: Callable[..., Any], *args: Any, target: str = "h200") -> str:
     """The optimised HLO text of ``jax.jit(fn)(*args)`` as XLA compiles it for ``target``.
 
-    args: arrays or ``jax.ShapeDtypeStruct``s (only their shapes and dtypes are used). Code that
-    picks its form by device (``labcore.devices.launch_bound``) must see a GPU while it is traced:
-    patch that function to return True around this call, as benchmarks/gpu_kernels.py does.
+    args: arrays or ``jax.ShapeDtypeStruct``s (only their shapes and dtypes are used). ``fn`` is
+    traced in the form it takes on a GPU (``labcore.devices.compiling_for``), as it would be there.
     """
     sharding = jax.sharding.SingleDeviceSharding(gpu_device(target))
     shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
-    with _callbacks_compile_only():
+    with _callbacks_compile_only(), devices.compiling_for("gpu"):
         return jax.jit(fn, in_shardings=sharding).lower(*shapes).compile().as_text()
 
 
