@@ -26,6 +26,18 @@ def record(log_dir, fn, *args):
     return profiling.read_trace(log_dir)
 
 
+def heaviest_loop(device: list[profiling.OpTime]) -> profiling.OpTime:
+    """The heaviest ``while`` op, checked to be among the five heaviest ops and to be mostly the ops it holds.
+
+    Ranked among five, not first: one op outside the loops that the OS preempts for 10 ms on a
+    busy machine can outweigh a loop of a small program, and that says nothing about the program.
+    """
+    loops = [op for op in device[:5] if op.name.startswith("while")]
+    assert loops, device[:5]
+    assert loops[0].self_ms < loops[0].total_ms / 2, loops[0]
+    return loops[0]
+
+
 @pytest.fixture(scope="module")
 def dqn_run(tmp_path_factory):
     """The fully jitted DQN (scan over env steps and updates) on CartPole, a few hundred steps."""
@@ -63,21 +75,21 @@ def test_dqn_trace_shows_the_jitted_train_and_its_scan_loops(dqn_run):
     assert "PjitFunction(train)" in host, host  # the dispatch of the jitted train(key)
     device = trace.top_operations(1000, where="device")
     # the scans (warm-up, learning, evaluation) became XLA while loops, which hold the other ops
-    assert device[0].name.startswith("while"), device[:5]
+    loop = heaviest_loop(device)
     # the Q-network's matmuls are in there (XLA:CPU names them dot.N, or dot_*_fusion when fused)
     assert any("dot" in op.name for op in device), [op.name for op in device]
     # every device op names the program it belongs to: the jitted train's is jit_train
     modules = {e.args.get("hlo_module") for e in trace.events if e.kind == "device"}
     assert "jit_train" in modules and None not in modules, modules
     by_op = {e.name: e.args["hlo_module"] for e in trace.events if e.kind == "device"}
-    assert by_op[device[0].name] == "jit_train"
+    assert by_op[loop.name] == "jit_train"
 
 
 def test_ppo_update_trace(ppo_run):
     _, trace = ppo_run
     assert "PjitFunction(run)" in [op.name for op in trace.top_operations(50, where="host")]
     device = trace.top_operations(1000, where="device")
-    assert device[0].name.startswith("while"), device[:5]  # the rollout / epoch / minibatch scans
+    heaviest_loop(device)  # the rollout / epoch / minibatch scans
     assert any("dot" in op.name for op in device)
     assert {e.args["hlo_module"] for e in trace.events if e.kind == "device"} == {"jit_run"}
     # self time never exceeds total time, and counts are events
