@@ -7,13 +7,17 @@ Each row is one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole
   callback) beside the same run stripped to what PureJaxRL computes (no mask, no bootstrap, no
   callback). Both are compiled first, then timed in ``--rounds`` rounds, each running them in order
   and then in reverse (its time for a program: the mean of the two); the run time is the median
-  of the rounds, and "x stripped" the median of the rounds' ratios (its range beside it);
-* Vault-v0 with the default PPOConfig (256 envs x 128 steps, 256 x 2);
-* CartPole 4 x 128 vmapped over ``--seeds`` seeds: wall time per seed.
+  of the rounds, and "x stripped" the median of the rounds' ratios (its range beside it). On a CPU
+  the pairs are timed under each ``--schedulers`` setting of XLA's CPU scheduler, each in a
+  process of its own (see ``SCHEDULERS`` below);
+* Vault-v0 with the default PPOConfig (256 envs x 128 steps, 256 x 2), XLA's default scheduler;
+* CartPole 4 x 128 vmapped over ``--seeds`` seeds: wall time per seed (the concurrency-optimised
+  scheduler off, as a vmapped run needs it with jax 0.10.2 on a CPU).
 
     python benchmarks/ppo_speed.py                              # pairs at 4 and 64 envs, 500k steps each
     python benchmarks/ppo_speed.py --envs 4 64 2048 --rounds 5  # a GPU: PureJaxRL's large batch too
     python benchmarks/ppo_speed.py --timesteps 100000 --vault-timesteps 0 --seeds   # pairs only
+    python benchmarks/ppo_speed.py --schedulers default --vault-timesteps 0 --seeds # XLA's default only
     python benchmarks/ppo_speed.py --envs 4 64 --timesteps 262144 --features --vault-timesteps 0 --seeds
                                                                 # what each feature costs alone
 
@@ -24,13 +28,14 @@ updates to time. Writes benchmarks/results/ppo_speed.json and prints a markdown 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pathlib
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-
-# Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
-# with its concurrency-optimised scheduler (labcore/__main__.py says more); this setting avoids it.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
 
 # Compile times here are real compiles: with labcore's persistent compilation cache on, a second
 # run's "compile" would be a file read (labcore.compile_cache), so this script runs without it.
@@ -53,17 +58,32 @@ def compiled_run(config: ppo.PPOConfig, seeds: int | None = None, metrics_callba
     started = time.perf_counter()
     call = fn.lower(key).compile()
     return {"call": call, "key": key, "compile (s)": time.perf_counter() - started,
-            "steps": config.num_updates * config.num_envs * config.num_steps * (seeds or 1)}
+            "steps": config.num_updates * config.num_envs * config.num_steps * (seeds or 1), "updates": config.num_updates}
 
 
-def timed(run: dict) -> tuple[float, dict]:
-    """One whole training run of a compiled program: (seconds, metrics)."""
+def timed(run: dict) -> tuple[float, dict, int]:
+    """One whole training run of a compiled program: (seconds, metrics, thread switches).
+
+    Thread switches: the times a thread of this process gave up its core to wait during the run
+    (voluntary context switches), as XLA's CPU runtime does when one of its threads waits for an op
+    another runs; -1 where the OS does not count them.
+    """
+    switches = _voluntary_switches()
     started = time.perf_counter()
     _, metrics = jax.block_until_ready(run["call"](run["key"]))
-    return time.perf_counter() - started, metrics
+    seconds = time.perf_counter() - started
+    return seconds, metrics, (_voluntary_switches() - switches if switches >= 0 else -1)
 
 
-def row(name: str, run: dict, seconds: list[float], metrics: dict, seeds: int | None = None) -> dict:
+def _voluntary_switches() -> int:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return -1
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def row(name: str, run: dict, seconds: list[float], metrics: dict, switches: list[int], seeds: int | None = None) -> dict:
     returns = np.asarray(metrics["episode_return"])
     median = statistics.median(seconds)
     return {
@@ -71,6 +91,7 @@ def row(name: str, run: dict, seconds: list[float], metrics: dict, seeds: int | 
         "compile (s)": run["compile (s)"],
         "run (s)": median,
         "steps/s": run["steps"] / median,
+        "thread switches / update": statistics.median(switches) / run["updates"] if min(switches) >= 0 else None,
         "wall per seed (s)": median / (seeds or 1),
         "final return": float(np.nanmean(returns[..., -max(1, returns.shape[-1] // 20):])),
         "invalid rate": float(np.mean(metrics["invalid_action_rate"])),
@@ -96,6 +117,7 @@ def side_by_side(envs: int, timesteps: int, rounds: int, features: bool = False)
                                metrics_callback=callback)
             for name, overrides, callback in variants}
     seconds = {name: [] for name in runs}
+    switches = {name: [] for name in runs}
     metrics = {}
     for _ in range(rounds):
         # A round runs the programs in order, then in reverse, and a program's time is its two runs:
@@ -103,15 +125,16 @@ def side_by_side(envs: int, timesteps: int, rounds: int, features: bool = False)
         # where a fixed order would charge it to the later ones.
         walls = {name: 0.0 for name in runs}
         for name in [*runs, *reversed(runs)]:
-            wall, metrics[name] = timed(runs[name])
+            wall, metrics[name], switched = timed(runs[name])
             walls[name] += wall
+            switches[name].append(switched)
         for name, wall in walls.items():
             seconds[name].append(wall / 2)
     label = f"CartPole {envs}x128"
     rows = []
     for name in runs:
         ratios = [s / d for s, d in zip(seconds[STRIPPED[0]], seconds[name])]
-        rows.append(row(f"{label}, {name}", runs[name], seconds[name], metrics[name]))
+        rows.append(row(f"{label}, {name}", runs[name], seconds[name], metrics[name], switches[name]))
         rows[-1]["x stripped"] = statistics.median(ratios)
         if name != STRIPPED[0]:
             rows[-1]["x stripped, range"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
@@ -119,9 +142,63 @@ def side_by_side(envs: int, timesteps: int, rounds: int, features: bool = False)
     return rows
 
 
+# XLA's CPU scheduler setting, read when a process first runs a JAX program, so each setting's runs
+# get a process of their own. jax 0.10.2 on the CPU can hang after compiling a vmapped training run
+# with the concurrency-optimised scheduler (labcore/__main__.py says more); turning it off avoids
+# that, and the PPO lesson turns it off. A plain training run (``labcore train ppo``, ``loop.train``)
+# keeps XLA's default. On a 2-core CPU the setting changes how often XLA's runtime hands a small op
+# to its second thread, so the pairs are timed under both. On a GPU or TPU it changes nothing.
+SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"
+SCHEDULERS = {"default": "XLA's default", "off": "concurrency-optimised off"}
+
+
+def child_env(scheduler: str) -> dict[str, str]:
+    """This process's environment with XLA_FLAGS set for ``scheduler`` ("default" or "off")."""
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if not flag.startswith(SCHEDULER_FLAG)]
+    if scheduler == "off":
+        flags.append(f"{SCHEDULER_FLAG}=false")
+    return {**os.environ, "XLA_FLAGS": " ".join(flags)}
+
+
+def in_child(part: str, scheduler: str, args: argparse.Namespace) -> dict:
+    """Run ``part`` ("pairs" or "seeds") of this benchmark in a new process under ``scheduler``:
+    {"platform": ..., "rows": [...]}; its progress lines go to this process's output."""
+    with tempfile.TemporaryDirectory() as folder:
+        found = pathlib.Path(folder) / "rows.json"
+        argv = [sys.executable, __file__, "--part", part, "--rows-to", str(found), "--envs", *map(str, args.envs),
+                "--timesteps", str(args.timesteps), "--min-updates", str(args.min_updates), "--rounds", str(args.rounds),
+                "--vault-timesteps", str(args.vault_timesteps), "--seeds", *map(str, args.seeds)]
+        subprocess.run(argv + (["--features"] if args.features else []), env=child_env(scheduler), check=True)
+        done = json.loads(found.read_text())
+    for row in done["rows"]:
+        row["CPU scheduler"] = SCHEDULERS[scheduler] if done["platform"] == "cpu" else "(not a CPU)"
+    return done
+
+
+def run_part(part: str, args: argparse.Namespace) -> list[dict]:
+    """The rows of ``part``, run in this process: "pairs" (the side-by-side pairs and the Vault run)
+    or "seeds" (the vmapped runs)."""
+    rows = []
+    singles = []
+    if part == "pairs":
+        for envs in args.envs:
+            rows += side_by_side(envs, max(args.timesteps, args.min_updates * envs * 128), args.rounds, args.features)
+        if args.vault_timesteps:
+            singles.append(("Vault 256x128 (the default PPOConfig)", ppo.PPOConfig(total_steps=args.vault_timesteps), None))
+    else:
+        cartpole = ppo.PPOConfig.cartpole(total_steps=args.timesteps)
+        singles += [(f"CartPole 4x128, vmap {n} seeds", cartpole, n) for n in args.seeds]
+    for name, config, seeds in singles:
+        run = compiled_run(config, seeds)
+        seconds, metrics, switched = timed(run)
+        rows.append(row(name, run, [seconds], metrics, [switched], seeds))
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", type=int, nargs="+", default=[4, 64], help="env counts of the side-by-side pairs")
+    parser.add_argument("--envs", type=int, nargs="*", default=[4, 64], help="env counts of the side-by-side pairs")
     parser.add_argument("--timesteps", type=int, default=500_000, help="steps per CartPole run (per seed)")
     parser.add_argument("--min-updates", type=int, default=32, help="a pair runs at least this many updates")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, each running the programs in order and then in reverse")
@@ -129,32 +206,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[1, 8, 64], help="seed counts of the vmapped runs")
     parser.add_argument("--features", action="store_true",
                         help="also each feature alone (mask, bootstrap, metrics) on top of the stripped run, in the same rounds")
+    parser.add_argument("--schedulers", nargs="+", choices=list(SCHEDULERS), default=list(SCHEDULERS),
+                        help="XLA CPU scheduler settings to time the pairs under, each in a process of its own "
+                             "(the vmapped runs always run with the concurrency-optimised one off)")
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--part", choices=["pairs", "seeds"], help=argparse.SUPPRESS)  # set for a child process
+    parser.add_argument("--rows-to", help=argparse.SUPPRESS)  # where a child process writes its rows
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.part:
+        payload = {"platform": jax.default_backend(), "rows": run_part(args.part, args)}
+        pathlib.Path(args.rows_to).write_text(json.dumps(payload))
+        return
 
     rows = []
-    for envs in args.envs:
-        rows += side_by_side(envs, max(args.timesteps, args.min_updates * envs * 128), args.rounds, args.features)
-    singles = []
-    if args.vault_timesteps:
-        singles.append(("Vault 256x128 (the default PPOConfig)", ppo.PPOConfig(total_steps=args.vault_timesteps), None))
-    cartpole = ppo.PPOConfig.cartpole(total_steps=args.timesteps)
-    singles += [(f"CartPole 4x128, vmap {n} seeds", cartpole, n) for n in args.seeds]
-    for name, config, seeds in singles:
-        run = compiled_run(config, seeds)
-        seconds, metrics = timed(run)
-        rows.append(row(name, run, [seconds], metrics, seeds))
-        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+    if args.envs or args.vault_timesteps:
+        for number, scheduler in enumerate(args.schedulers):
+            if number and not args.envs:
+                break
+            done = in_child("pairs", scheduler, args if number == 0 else argparse.Namespace(**{**vars(args), "vault_timesteps": 0}))
+            rows += done["rows"]
+            if done["platform"] != "cpu":
+                print(f"on {done['platform']} XLA's CPU scheduler changes nothing: the pairs ran once", flush=True)
+                break
+    if args.seeds:
+        rows += in_child("seeds", "off", args)["rows"]
     write_results(
         "ppo_speed",
         rows,
         out_dir=args.out,
-        columns=["run", "compile (s)", "run (s)", "steps/s", "x stripped", "x stripped, range", "wall per seed (s)",
-                 "final return", "invalid rate"],
-        extra={"envs": args.envs, "timesteps": args.timesteps, "min_updates": args.min_updates,
-               "rounds": args.rounds, "features": args.features, "vault_timesteps": args.vault_timesteps, "seeds": args.seeds},
+        columns=["run", "CPU scheduler", "compile (s)", "run (s)", "steps/s", "x stripped", "x stripped, range",
+                 "thread switches / update", "wall per seed (s)", "final return", "invalid rate"],
+        extra={"envs": args.envs, "timesteps": args.timesteps, "min_updates": args.min_updates, "rounds": args.rounds,
+               "features": args.features, "vault_timesteps": args.vault_timesteps, "seeds": args.seeds,
+               "schedulers": args.schedulers},
     )
 
 

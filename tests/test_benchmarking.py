@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import subprocess
 import sys
@@ -98,7 +99,7 @@ def test_device_updates_benchmark_times_ppo_in_both_dtypes_and_dqn(tmp_path):
 
 
 @pytest.mark.end_to_end
-def test_ppo_speed_benchmark_times_each_feature_side_by_side(tmp_path):
+def test_ppo_speed_benchmark_times_each_feature_side_by_side_under_each_cpu_scheduler(tmp_path):
     script = REPO_ROOT / "benchmarks" / "ppo_speed.py"
     out = subprocess.run(
         [sys.executable, str(script), "--envs", "4", "--timesteps", "2048", "--min-updates", "1", "--rounds", "2",
@@ -107,14 +108,25 @@ def test_ppo_speed_benchmark_times_each_feature_side_by_side(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     rows = json.loads((tmp_path / "ppo_speed.json").read_text())["rows"]
-    assert [r["run"] for r in rows] == [
-        "CartPole 4x128, stripped to PureJaxRL's computation", "CartPole 4x128, stripped, plus the action mask",
-        "CartPole 4x128, stripped, plus the truncation bootstrap", "CartPole 4x128, stripped, plus the metrics callback",
-        "CartPole 4x128, default (mask, truncation bootstrap, metrics)", "CartPole 4x128, vmap 2 seeds"]
-    stripped, *others = rows[:5]
-    assert stripped["x stripped"] == 1.0 and "x stripped, range" not in stripped
-    for other in others:  # each a median of its own rounds' ratios, inside their range
-        low, high = map(float, other["x stripped, range"].split("-"))
-        assert low - 5e-4 <= other["x stripped"] <= high + 5e-4 and other["steps/s"] > 0  # the range is rounded
+    pairs = ["CartPole 4x128, stripped to PureJaxRL's computation", "CartPole 4x128, stripped, plus the action mask",
+             "CartPole 4x128, stripped, plus the truncation bootstrap", "CartPole 4x128, stripped, plus the metrics callback",
+             "CartPole 4x128, default (mask, truncation bootstrap, metrics)"]
+    assert [r["run"] for r in rows] == pairs + pairs + ["CartPole 4x128, vmap 2 seeds"]
+    assert [r["CPU scheduler"] for r in rows] == ["XLA's default"] * 5 + ["concurrency-optimised off"] * 6
+    for stripped, *others in (rows[:5], rows[5:10]):
+        assert stripped["x stripped"] == 1.0 and "x stripped, range" not in stripped
+        for other in others:  # each a median of its own rounds' ratios, inside their range
+            low, high = map(float, other["x stripped, range"].split("-"))
+            assert low - 5e-4 <= other["x stripped"] <= high + 5e-4 and other["steps/s"] > 0  # the range is rounded
     assert rows[-1]["wall per seed (s)"] > 0
-    assert "| run |" in out.stdout
+    assert "| run | CPU scheduler |" in out.stdout
+
+
+def test_ppo_speed_sets_the_cpu_scheduler_of_each_child_process(monkeypatch):
+    spec = importlib.util.spec_from_file_location("ppo_speed", REPO_ROOT / "benchmarks" / "ppo_speed.py")
+    ppo_speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ppo_speed)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_enable_concurrency_optimized_scheduler=false")
+    assert ppo_speed.child_env("default")["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert ppo_speed.child_env("off")["XLA_FLAGS"] == "--xla_cpu_enable_concurrency_optimized_scheduler=false"
