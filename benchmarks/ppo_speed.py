@@ -160,15 +160,14 @@ def child_env(scheduler: str) -> dict[str, str]:
     return {**os.environ, "XLA_FLAGS": " ".join(flags)}
 
 
-def in_child(part: str, scheduler: str, args: argparse.Namespace) -> dict:
-    """Run ``part`` ("pairs" or "seeds") of this benchmark in a new process under ``scheduler``:
-    {"platform": ..., "rows": [...]}; its progress lines go to this process's output."""
+def in_child(part: str, scheduler: str, argv: list[str]) -> dict:
+    """Run ``part`` ("pairs" or "seeds") of this benchmark, with this command line's ``argv``, in a new
+    process under ``scheduler``: {"platform": ..., "rows": [...]}; its progress lines go to this
+    process's output."""
     with tempfile.TemporaryDirectory() as folder:
         found = pathlib.Path(folder) / "rows.json"
-        argv = [sys.executable, __file__, "--part", part, "--rows-to", str(found), "--envs", *map(str, args.envs),
-                "--timesteps", str(args.timesteps), "--min-updates", str(args.min_updates), "--rounds", str(args.rounds),
-                "--vault-timesteps", str(args.vault_timesteps), "--seeds", *map(str, args.seeds)]
-        subprocess.run(argv + (["--features"] if args.features else []), env=child_env(scheduler), check=True)
+        command = [sys.executable, __file__, *argv, "--part", part, "--rows-to", str(found)]
+        subprocess.run(command, env=child_env(scheduler), check=True)
         done = json.loads(found.read_text())
     for row in done["rows"]:
         row["CPU scheduler"] = SCHEDULERS[scheduler] if done["platform"] == "cpu" else "(not a CPU)"
@@ -212,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--part", choices=["pairs", "seeds"], help=argparse.SUPPRESS)  # set for a child process
     parser.add_argument("--rows-to", help=argparse.SUPPRESS)  # where a child process writes its rows
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
@@ -222,16 +222,15 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = []
     if args.envs or args.vault_timesteps:
-        for number, scheduler in enumerate(args.schedulers):
-            if number and not args.envs:
-                break
-            done = in_child("pairs", scheduler, args if number == 0 else argparse.Namespace(**{**vars(args), "vault_timesteps": 0}))
+        # the Vault run (one program, no pair) runs once, in the first setting's process
+        for number, scheduler in enumerate(args.schedulers if args.envs else args.schedulers[:1]):
+            done = in_child("pairs", scheduler, argv + (["--vault-timesteps", "0"] if number else []))
             rows += done["rows"]
             if done["platform"] != "cpu":
                 print(f"on {done['platform']} XLA's CPU scheduler changes nothing: the pairs ran once", flush=True)
                 break
     if args.seeds:
-        rows += in_child("seeds", "off", args)["rows"]
+        rows += in_child("seeds", "off", argv)["rows"]
     write_results(
         "ppo_speed",
         rows,
