@@ -96,7 +96,12 @@ def launch_bound() -> bool:
     ``labcore.truncation.final_values`` and ``labcore.logged_scan.scan_updates``. Inside
     ``compiling_for(platform)`` it answers for that platform instead.
     """
-    return (platform() if _compiling_for is None else _compiling_for) == "gpu"
+    return target_platform() == "gpu"
+
+
+def target_platform() -> str:
+    """The platform programs are traced for: ``platform()``, or inside ``compiling_for(p)``, ``p``."""
+    return platform() if _compiling_for is None else _compiling_for
 
 
 _compiling_for: str | None = None  # set by compiling_for()

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from labcore.nets import NETWORKS  # the kinds, importable without Haiku (the configs check them)
+from labcore.nets.conv import Conv2D
 
 
 class NatureCNN(hk.Module):
@@ -29,21 +30,30 @@ class NatureCNN(hk.Module):
     replay buffer can store uint8 (4x smaller than float32).
 
     obs: [B, 4, 84, 84] uint8, the 4 stacked frames first, as gymnasium's FrameStackObservation
-    returns them -> [B, num_actions] float32. The frames become channels inside (XLA's CPU and GPU
-    convolutions prefer channels last), fused with the uint8 -> float conversion.
+    and ALE's vector env return them -> [B, num_actions] float32. The frames become channels inside
+    (XLA's CPU and GPU convolutions prefer channels last), fused with the uint8 -> float conversion.
+    The convolutions are ``labcore.nets.conv.Conv2D``: Haiku's, with a gradient that XLA's CPU
+    backend also runs at full speed inside a loop (PQN's epochs of minibatch steps).
+
+    layer_norm: PQN's Atari network as purejaxql writes it (``purejaxql/pqn_atari.py``, ``CNN``): a
+    LayerNorm over the channels (the units) after each convolution and after the dense layer, before
+    its ReLU, and He-normal weights in those four layers (Haiku's default otherwise).
     """
 
-    def __init__(self, num_actions: int, name: str | None = None):
+    def __init__(self, num_actions: int, layer_norm: bool = False, name: str | None = None):
         super().__init__(name=name)
         self.num_actions = num_actions
+        self.layer_norm = layer_norm
 
     def __call__(self, obs: jax.Array) -> jax.Array:
+        # He-normal, as flax's he_normal: variance 2 / fan_in from a normal truncated at 2 std
+        w_init = hk.initializers.VarianceScaling(2.0, "fan_in", "truncated_normal") if self.layer_norm else None
         x = jnp.transpose(obs, (0, 2, 3, 1)).astype(jnp.float32) / 255.0
-        x = jax.nn.relu(hk.Conv2D(32, kernel_shape=8, stride=4, padding="VALID")(x))
-        x = jax.nn.relu(hk.Conv2D(64, kernel_shape=4, stride=2, padding="VALID")(x))
-        x = jax.nn.relu(hk.Conv2D(64, kernel_shape=3, stride=1, padding="VALID")(x))
+        for channels, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = Conv2D(channels, kernel_shape=kernel, stride=stride, w_init=w_init)(x)
+            x = jax.nn.relu(_maybe_normalise(x, self.layer_norm))
         x = hk.Flatten()(x)
-        x = jax.nn.relu(hk.Linear(512)(x))
+        x = jax.nn.relu(_maybe_normalise(hk.Linear(512, w_init=w_init)(x), self.layer_norm))
         return hk.Linear(self.num_actions)(x)
 
 
@@ -110,7 +120,7 @@ def make_q_network(
 
     kind: 'nature_cnn' (Atari frames), 'mlp' (vector observations) or 'minatar_cnn' (MinAtar's
     10x10 grids). hidden_sizes: the dense layers of 'mlp' and 'minatar_cnn'. layer_norm: a
-    LayerNorm before each hidden ReLU ('mlp' and 'minatar_cnn').
+    LayerNorm before each hidden ReLU (for 'nature_cnn', with purejaxql's He-normal weights).
     """
     if kind not in NETWORKS:
         raise ValueError(f"network kind must be one of {NETWORKS}, got {kind!r}")
@@ -119,9 +129,7 @@ def make_q_network(
 
     def forward(obs: jax.Array) -> jax.Array:
         if kind == "nature_cnn":
-            if layer_norm:
-                raise ValueError("layer_norm is available for the 'mlp' and 'minatar_cnn' networks")
-            return NatureCNN(num_actions)(obs)
+            return NatureCNN(num_actions, layer_norm)(obs)
         if kind == "minatar_cnn":
             return MinAtarCNN(num_actions, hidden_sizes, layer_norm)(obs)
         return MLPQNetwork(num_actions, hidden_sizes, layer_norm)(obs)
