@@ -82,6 +82,11 @@ class Program(NamedTuple):
     # the registry name its checkpoints record ("ppo", "dqn-scan", ...; labcore.agents.registry), so
     # that another algorithm's loader or resume refuses them by name; "" for a program outside the registry
     algorithm: str = ""
+    # a state just read from a checkpoint -> the state to go on from: a program whose envs live outside
+    # JAX (ALE's emulators, labcore.envs.ale_vector) brings them back to the checkpoint here
+    after_restore: Callable[[Any], Any] | None = None
+    # why this program trains one seed per call ("" : any number, vmapped); train refuses seeds=N with it
+    one_seed: str = ""
 
 
 class RunResult(NamedTuple):
@@ -214,6 +219,8 @@ def train(
     evaluate: bool = True,
     seeds: int | None = None,
     on_metrics: Callable[[dict[str, np.ndarray]], None] | None = None,
+    eval_every: int | None = None,
+    stop_after_s: float | None = None,
 ) -> RunResult:
     """Train ``make_program(config, callback, log_every)`` end to end, in ``run_dir`` if given.
 
@@ -224,6 +231,14 @@ def train(
     are dropped and logged again, so the folder reads as one run. overwrite: replace an earlier run
     in run_dir (without it or resume, one is refused). evaluate: run the program's evaluation at
     the end. on_metrics: also called with each logged row's metrics (numpy), before it is written.
+    eval_every: also run the program's evaluation every this many updates while training (the run
+    is cut into chunks there too) and at the end; each evaluation's numbers are logged as a row of
+    their own at that update, prefixed ``eval_`` as in the summary (metrics.jsonl and TensorBoard;
+    metrics.csv keeps the training columns), before that chunk's checkpoint, so a resumed run
+    evaluates again what its checkpoint did not hold.
+    stop_after_s: stop at the first checkpoint written after this many seconds, as if interrupted
+    there (no evaluation, summary.json or plot; ``resume=True`` goes on): a long run in slices on a
+    machine lent for a while at a time. The result's summary is ``{"stopped_at_update": n}``.
 
     seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one
     ``jax.vmap``; seed i ends where a run of ``config.seed + i`` alone ends, to float rounding
@@ -236,6 +251,11 @@ def train(
         raise ValueError(f"checkpoint_every must be >= 1 update, got {checkpoint_every}")
     if seeds is not None and seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if eval_every is not None and eval_every < 1:
+        raise ValueError(f"eval_every must be >= 1 update, got {eval_every}")
+    if stop_after_s is not None and (run_dir is None or checkpoint_every is None):
+        raise ValueError("stop_after_s: a run stopped early goes on from a checkpoint; give run_dir and checkpoint_every")
+    started = time.perf_counter()
     if log_every is None:  # the program's length is known once it is built: a first build reads it
         log_every = default_log_every(make_program(config).num_updates)
 
@@ -251,6 +271,10 @@ def train(
     program = make_program(config, callback=log_row if seeds is None else None, log_every=log_every)
     if seeds is not None and program.written_with:
         raise ValueError(f"seeds: {program.name} runs one seed (its state is laid out over {dict(program.written_with)})")
+    if seeds is not None and program.one_seed:
+        raise ValueError(f"seeds: {program.one_seed}")
+    if eval_every is not None and program.evaluate is None:
+        raise ValueError(f"eval_every: {program.name} has no evaluation")
     chunk_rows = seeds is not None or not program.streams_metrics  # rows logged after each chunk
     init = program.init if seeds is None else jax.vmap(program.init)
     state = init(seed_keys(config.seed, seeds))
@@ -262,13 +286,19 @@ def train(
                            written_with={"algorithm": program.algorithm, **written_with})
     if resume:
         state = run.restored[0]
+        if program.after_restore is not None:
+            state = program.after_restore(state)
     first_update = updates_done(program, state, seeds)
     total_steps = program.num_updates * program.steps_per_update
     bar = runs.progress_bar(total_steps, desc=program.name, unit=program.unit, unit_scale=True,
                             enabled=progress and primary, initial=first_update * program.steps_per_update)
 
     every = checkpoint_every or program.num_updates
-    sizes = [min(every, program.num_updates - done) for done in range(first_update, program.num_updates, every)]
+    ends = {*range(first_update + every, program.num_updates, every), program.num_updates}  # chunks end at checkpoints
+    if eval_every is not None:
+        ends |= set(range(eval_every, program.num_updates, eval_every))  # and at evaluations
+    ends = sorted(end for end in ends if end > first_update)
+    sizes = [end - start for start, end in zip([first_update, *ends], ends)]
     compile_s = run_s = 0.0
     checked: dict[str, Any] = {}
     done = first_update  # counted here: reading it from a state of several seeds would copy every leaf
@@ -280,8 +310,14 @@ def train(
                 log_row(row)
         if program.check is not None:
             checked = program.check(state)
-        if run.checkpoints is not None:
+        if eval_every is not None and done % eval_every == 0 and done < program.num_updates:
+            log_evaluation(run, program, state, config.seed, seeds, done)
+        if run.checkpoints is not None and ((done - first_update) % every == 0 or done == program.num_updates):
             save_checkpoint(run.checkpoints, program.config, state, done, written_with, program.algorithm)
+            if stop_after_s is not None and done < program.num_updates and time.perf_counter() - started > stop_after_s:
+                bar.close()
+                run.finish()
+                return RunResult.of_run(config, state, run, {"stopped_at_update": done})
     bar.close()
 
     rows = run.history()
@@ -292,7 +328,9 @@ def train(
     if program.summarize is not None:
         summary.update(program.summarize(rows))
     summary.update(checked)
-    if evaluate and program.evaluate is not None:
+    if evaluate and program.evaluate is not None and done == program.num_updates and eval_every is not None:
+        summary.update(log_evaluation(run, program, state, config.seed, seeds, done))
+    elif evaluate and program.evaluate is not None:
         summary.update(_evaluate(program, state, config.seed, seeds))
     run.finish(summary, lambda rows: plot(rows, program))
     return RunResult.of_run(config, state, run, summary)
@@ -347,6 +385,17 @@ def show_on_bar(bar: Any, row: Mapping[str, Any], shown: Mapping[str, str]) -> N
     values = {label: row.get(name) for label, name in shown.items()}
     if values and all(value is not None for value in values.values()):
         bar.set_postfix({label: f"{value:.2f}" for label, value in values.items()}, refresh=False)
+
+
+def log_evaluation(run: runs.RunDir, program: Program, state: Any, seed: int, seeds: int | None,
+                   update: int) -> dict[str, Any]:
+    """The program's evaluation of ``state`` at ``update``, its numbers logged as one row (the
+    ``eval_`` ones as they are, the others prefixed); returns the evaluation."""
+    entries = _evaluate(program, state, seed, seeds)
+    numbers = {(name if name.startswith("eval_") else f"eval_{name}"): value for name, value in entries.items()
+               if isinstance(value, (int, float, np.number)) and not isinstance(value, bool)}
+    run.log({"update": update, count_key(program.unit, program.unit_plural): update * program.steps_per_update, **numbers})
+    return entries
 
 
 def _evaluate(program: Program, state: Any, seed: int, seeds: int | None) -> dict[str, Any]:

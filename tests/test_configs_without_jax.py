@@ -38,7 +38,8 @@ FIELDS = {
     "PQNConfig": [
         "env_id", "network", "hidden_sizes", "layer_norm", "num_envs", "num_steps", "total_steps", "learning_rate",
         "anneal_lr", "optimizer", "max_grad_norm", "gamma", "q_lambda", "num_minibatches", "update_epochs",
-        "epsilon_start", "epsilon_end", "exploration_fraction", "reward_scale", "bootstrap_truncation",
+        "epsilon_start", "epsilon_end", "exploration_fraction", "reward_scale", "bootstrap_truncation", "clip_rewards",
+        "repeat_action_probability", "life_loss_terminal", "max_episode_steps", "env_stepping",
         "eval_episodes", "eval_epsilon", "seed",
     ],
     "DQNConfig": [
@@ -75,6 +76,7 @@ def test_the_configs_import_and_build_without_jax():
         "from labcore.agents.dqn.config import DQNConfig\n"
         "from labcore.agents.iqn.run_config import IQNRunConfig\n"
         "PPOConfig.cartpole(); PQNConfig.cartpole(); PQNConfig.minatar(); DQNConfig.nature_atari()\n"
+        "PQNConfig.atari(); PQNConfig.atari_dopamine()\n"
         "DQNConfig.atari_short(); DQNConfig.minatar()\n"
         "config = IQNRunConfig(height=8, hidden_size=64)\n"
         "assert IQNRunConfig.from_dict(config.as_dict()) == config\n"

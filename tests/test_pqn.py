@@ -93,8 +93,6 @@ def test_minatar_network_shapes_and_layer_norm():
     np.testing.assert_allclose(
         np.asarray(normed.apply(normed_params, None, 2 * x)), np.asarray(normed.apply(normed_params, None, x)), rtol=1e-3, atol=1e-4
     )
-    with pytest.raises(ValueError, match="layer_norm is available"):
-        make_q_network("nature_cnn", 3, layer_norm=True).init(jax.random.key(0), jnp.zeros((1, 4, 84, 84), jnp.uint8))
 
 
 @pytest.mark.parametrize(
@@ -276,3 +274,108 @@ def test_curves_of_the_jitted_dqn_and_pqn_side_by_side():
     assert set(pqn_run.as_dict()) >= {"env_steps", "wall_s", "returns", "mean_return", "greedy_return"}
     stopped = curves.pqn_curve(small_cartpole(total_steps=8 * 128, eval_episodes=2), seeds=1, chunks=2, stop_at=-1.0)
     assert stopped.env_steps == [512]  # stops at the first chunk that reaches the score
+
+
+def small_atari(**overrides):
+    """PQN's Atari preset at a size a test can afford: 4 envs x 8 steps, 6 updates, games of at most 200 steps."""
+    return pqn.PQNConfig.atari(**{"num_envs": 4, "num_steps": 8, "total_steps": 4 * 8 * 6, "num_minibatches": 2,
+                                  "update_epochs": 1, "eval_episodes": 2, "max_episode_steps": 200, **overrides})
+
+
+@pytest.mark.parametrize(
+    "overrides,field",
+    [({"network": "mlp"}, "network"), ({"hidden_sizes": (256,)}, "hidden_sizes"), ({"env_stepping": "gpu"}, "env_stepping"),
+     ({"repeat_action_probability": 1.0}, "repeat_action_probability"), ({"max_episode_steps": 0}, "max_episode_steps")],
+)  # fmt: skip
+def test_bad_atari_config_names_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"PQNConfig.{field} must be"):
+        small_atari(**overrides)
+
+
+@pytest.mark.parametrize("field,value", [("life_loss_terminal", True), ("repeat_action_probability", 0.0),
+                                         ("env_stepping", "xla"), ("max_episode_steps", 100)])
+def test_atari_settings_are_refused_for_other_envs(field, value):
+    with pytest.raises(ValueError, match=f"PQNConfig.{field} must be left at .*not an ALE id"):
+        pqn.PQNConfig(**{field: value})
+
+
+def test_atari_presets_are_purejaxql_and_dopamine_protocols():
+    purejaxql, dopamine = pqn.PQNConfig.atari(), pqn.PQNConfig.atari_dopamine()
+    assert (purejaxql.num_envs, purejaxql.num_steps, purejaxql.update_epochs, purejaxql.num_minibatches) == (128, 32, 2, 32)
+    assert (purejaxql.q_lambda, purejaxql.learning_rate, purejaxql.optimizer, purejaxql.epsilon_end) == (0.65, 2.5e-4, "radam", 0.001)
+    assert purejaxql.total_steps * 4 == 10_000_000 and purejaxql.layer_norm and purejaxql.clip_rewards
+    assert (purejaxql.life_loss_terminal, purejaxql.repeat_action_probability) == (True, 0.0)
+    assert (dopamine.life_loss_terminal, dopamine.repeat_action_probability) == (False, 0.25)
+    assert dataclasses_replace_all_but(dopamine, purejaxql, {"life_loss_terminal", "repeat_action_probability"})
+
+
+def dataclasses_replace_all_but(a, b, fields):
+    import dataclasses
+
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in fields)
+
+
+def without_handle(runner):
+    """A runner state without the handle of its ALE vector env (each process and run has its own)."""
+    return runner.replace(env_state=runner.env_state.replace(handle=None))
+
+
+@pytest.mark.end_to_end
+def test_pqn_on_atari_resumes_exactly_with_evaluations_on_the_way(tmp_path):
+    """loop.train over ALE's vector env: an interrupted run resumed from its checkpoint (the games
+    replayed into new emulators) ends where the uninterrupted one does, bit for bit, with the same
+    rows, evaluations every 3 updates included; the summary names the stepping that ran."""
+    from labcore.agents.pqn import run as pqn_run
+
+    config = small_atari()
+    straight = pqn_run.train(config, tmp_path / "straight", log_every=1, eval_every=3, progress=False)
+    rows = read_metrics(tmp_path / "straight")
+    evaluations = [row for row in rows if "eval_return_mean" in row]
+    assert [row["update"] for row in evaluations] == [3, 6] and evaluations[0]["timesteps"] == 3 * 32
+    assert straight.summary["env_stepping"] in ("xla", "callback") and straight.summary["eval_episodes"] == 2
+    assert np.isfinite([row["loss"] for row in rows if "loss" in row]).all()
+
+    interrupted = tmp_path / "interrupted"
+    pqn_run.train(config, interrupted, log_every=1, checkpoint_every=3, eval_every=3, progress=False)
+    import shutil
+
+    shutil.rmtree(interrupted / "checkpoints" / "6")  # as if killed after the checkpoint at update 3
+    resumed = pqn_run.train(config, interrupted, log_every=1, checkpoint_every=3, eval_every=3, resume=True, progress=False)
+    assert_same_tree(without_handle(straight.state), without_handle(resumed.state))
+    assert read_metrics(interrupted) == rows
+    with pytest.raises(ValueError, match="seeds: PQN on Atari runs one seed per process"):
+        pqn_run.train(config, None, seeds=2, progress=False)
+
+
+@pytest.mark.end_to_end
+def test_train_pqn_atari_on_the_command_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    flags = ["--preset", "atari", "--env", "ALE/Breakout-v5", "--num-envs", "4", "--num-steps", "8", "--total-steps", "96",
+             "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "2", "--max-episode-steps", "200"]
+    assert cli(["train", "pqn", *flags, "--run-dir", str(run), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["timesteps"] == 96 and summary["env"] == "ALE/Breakout-v5" and "eval_return_mean" in summary
+    assert cli(["eval", "pqn", "--checkpoint", str(run), "--episodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["eval_episodes"] == 2
+    assert cli(["train", "pqn", "--preset", "atari", "--env", "ALE/Brekout-v5", "--no-progress"]) == 2
+    assert "unknown Atari id 'ALE/Brekout-v5'" in capsys.readouterr().err
+
+
+def test_loop_stops_after_a_time_at_a_checkpoint_and_goes_on(tmp_path):
+    """stop_after_s: the run stops at the first checkpoint past the time, writes no summary, and a
+    resume finishes it exactly as one run would (the slices of a long run on a lent machine)."""
+    from labcore.agents.pqn import run as pqn_run
+
+    config = small_cartpole(eval_episodes=2)  # 6 updates
+    straight = pqn_run.train(config, tmp_path / "straight", log_every=1, progress=False)
+    sliced = tmp_path / "sliced"
+    first = pqn_run.train(config, sliced, log_every=1, checkpoint_every=2, stop_after_s=0.0, progress=False)
+    assert first.summary == {"stopped_at_update": 2} and not (sliced / "summary.json").exists()
+    second = pqn_run.train(config, sliced, log_every=1, checkpoint_every=2, stop_after_s=0.0, resume=True, progress=False)
+    assert second.summary == {"stopped_at_update": 4}
+    last = pqn_run.train(config, sliced, log_every=1, checkpoint_every=2, stop_after_s=0.0, resume=True, progress=False)
+    assert last.summary["timesteps"] == 6 * 128 and (sliced / "summary.json").exists()
+    assert_same_tree(straight.state, last.state)
+    assert read_metrics(sliced) == read_metrics(tmp_path / "straight")
+    with pytest.raises(ValueError, match="stop_after_s: .*checkpoint_every"):
+        pqn_run.train(config, tmp_path / "x", stop_after_s=1.0, progress=False)

@@ -164,8 +164,10 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "labcore.agents.ppo", "labcore.agents.ppo.run", _attribute("params"), presets=("cartpole",),
         eval_fields={"episodes": "eval_episodes"}),
     Algorithm(
-        "pqn", "PQN (no replay, no target network) on a gymnax env, all of training one jitted program",
-        "labcore.agents.pqn", "labcore.agents.pqn.run", _attribute("params"), presets=("cartpole", "minatar"),
+        "pqn", "PQN (no replay, no target network) on a gymnax env or on Atari through ALE's vector env, all of "
+               "training one jitted program",
+        "labcore.agents.pqn", "labcore.agents.pqn.run", _attribute("params"),
+        presets=("cartpole", "minatar", "atari", "atari_dopamine"),
         eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"}),
     Algorithm(
         "dqn-scan", "DQN on a gymnax env, all of training one jitted program (labcore.agents.dqn.train)",

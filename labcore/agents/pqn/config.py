@@ -14,6 +14,12 @@ from labcore import devices, validation
 from labcore.nets import NETWORKS
 
 OPTIMIZERS = ("adam", "radam")
+ENV_STEPPINGS = ("auto", "xla", "callback")  # how an Atari run steps ALE's vector env (labcore.envs.ale_vector)
+
+
+def is_atari_id(env_id: str) -> bool:
+    """An ALE id ('ALE/Breakout-v5'), as ``labcore.envs.atari.is_atari_id`` says (here without gymnasium)."""
+    return env_id.startswith("ALE/")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,11 +28,11 @@ class PQNConfig:
 
     Defaults: CartPole-v1 at the size purejaxql uses for its gymnax games (32 envs x 64 steps,
     2 x 128 units with LayerNorm, lambda 0.95); ``PQNConfig.minatar(env_id)`` gives the paper's
-    MinAtar settings.
+    MinAtar settings, ``PQNConfig.atari(env_id)`` purejaxql's Atari settings on ALE's vector env.
     """
 
     env_id: str = "CartPole-v1"
-    network: str = "mlp"  # 'mlp' for vector observations, 'minatar_cnn' for MinAtar grids
+    network: str = "mlp"  # 'mlp' for vector observations, 'minatar_cnn' for MinAtar grids, 'nature_cnn' for Atari
     hidden_sizes: tuple[int, ...] = (128, 128)
     layer_norm: bool = True  # what lets PQN drop the target network; False is there to see why
     num_envs: int = 32
@@ -45,6 +51,12 @@ class PQNConfig:
     exploration_fraction: float = 0.2  # fraction of total_steps over which epsilon decays
     reward_scale: float = 1.0  # rewards are multiplied by this for learning (reported returns are not)
     bootstrap_truncation: bool = True  # a time-limit end bootstraps from the episode's last observation
+    clip_rewards: bool = False  # learning rewards clipped to [-1, 1] (reported returns are not)
+    # Atari (ALE ids) only: how the games are played and what ends bootstrapping (labcore.envs.ale_vector)
+    repeat_action_probability: float = 0.25  # sticky actions: ALE's v5 ids and Dopamine 0.25, purejaxql 0
+    life_loss_terminal: bool = False  # a lost life is terminal for learning; a game is always all its lives
+    max_episode_steps: int = 27_000  # agent steps before ALE truncates a game (27,000 = 108,000 frames, 30 minutes of play)
+    env_stepping: str = "auto"  # 'xla': ALE's FFI calls inside the program; 'callback': a host callback; 'auto': xla where this JAX runs it
     eval_episodes: int = 32
     eval_epsilon: float = 0.0
     seed: int = 0
@@ -69,14 +81,20 @@ class PQNConfig:
     def __post_init__(self) -> None:
         require = validation.requirer(self)
         require(isinstance(self.env_id, str) and bool(self.env_id), "env_id", "a non-empty environment id")
-        validation.require_choice(self, "network", tuple(kind for kind in NETWORKS if kind != "nature_cnn"))
+        validation.require_choice(self, "network", NETWORKS)
+        atari = is_atari_id(self.env_id)
+        if atari:
+            require(self.network == "nature_cnn", "network", f"'nature_cnn' for an ALE id ({self.env_id})")
+        else:
+            require(self.network != "nature_cnn", "network", "'mlp' or 'minatar_cnn' ('nature_cnn' plays ALE's Atari frames)")
         require(
             isinstance(self.hidden_sizes, tuple) and len(self.hidden_sizes) > 0
             and all(validation.is_int(h) and h >= 1 for h in self.hidden_sizes),
             "hidden_sizes",
             "a non-empty tuple of positive layer widths",
         )  # fmt: skip
-        validation.require_ints(self, "num_envs", "num_steps", "total_steps", "num_minibatches", "update_epochs", "eval_episodes")
+        validation.require_ints(self, "num_envs", "num_steps", "total_steps", "num_minibatches", "update_epochs", "eval_episodes",
+                                "max_episode_steps")
         require(
             (self.num_envs * self.num_steps) % self.num_minibatches == 0,
             "num_minibatches",
@@ -91,6 +109,15 @@ class PQNConfig:
         validation.require_choice(self, "optimizer", OPTIMIZERS)
         validation.require_unit_interval(self, "gamma", "q_lambda", "epsilon_start", "epsilon_end", "eval_epsilon")
         require(0.0 < self.exploration_fraction <= 1.0, "exploration_fraction", "in (0, 1]")
+        if self.network == "nature_cnn":
+            require(self.hidden_sizes == (512,), "hidden_sizes", "(512,), the Nature network's one dense layer")
+        require(isinstance(self.repeat_action_probability, (int, float)) and 0.0 <= self.repeat_action_probability < 1.0,
+                "repeat_action_probability", "in [0, 1)")
+        validation.require_choice(self, "env_stepping", ENV_STEPPINGS)
+        if not atari:  # settings of ALE's emulators: refused where they would be ignored
+            defaults = {field.name: field.default for field in dataclasses.fields(self)}
+            for field in ("repeat_action_probability", "life_loss_terminal", "max_episode_steps", "env_stepping"):
+                require(getattr(self, field) == defaults[field], field, f"left at {defaults[field]!r}: it sets ALE's Atari games, and env_id is not an ALE id")
 
     @property
     def batch_size(self) -> int:
@@ -131,4 +158,47 @@ class PQNConfig:
         )
         settings.update(overrides)
         return cls(**settings)
+
+    @classmethod
+    def atari(cls, env_id: str = "ALE/Breakout-v5", **overrides: Any) -> PQNConfig:
+        """purejaxql's Atari settings (``purejaxql/config/alg/pqn_atari.yaml``): 128 envs x 32 steps,
+        2 epochs of 32 minibatches, lambda 0.65, RAdam at 2.5e-4 without decay, max grad norm 10,
+        epsilon 1 -> 0.001 over the first 10% of training, the Nature network with LayerNorm, and its
+        envpool protocol: a lost life terminal, rewards clipped, no sticky actions, up to 30 no-ops.
+        2.5M agent steps = 10M frames (purejaxql's runs are 1e7 agent steps, 40M frames). Evaluation:
+        32 whole games, unclipped, at epsilon 0.001 (Dopamine's evaluation epsilon: a greedy agent
+        can wait for ever to serve in Breakout, until ALE truncates the game at 27,000 steps)."""
+        settings = dict(
+            env_id=env_id,
+            network="nature_cnn",
+            hidden_sizes=(512,),
+            num_envs=128,
+            num_steps=32,
+            total_steps=2_500_000,
+            learning_rate=2.5e-4,
+            anneal_lr=False,
+            optimizer="radam",
+            max_grad_norm=10.0,
+            gamma=0.99,
+            q_lambda=0.65,
+            num_minibatches=32,
+            update_epochs=2,
+            epsilon_start=1.0,
+            epsilon_end=0.001,
+            exploration_fraction=0.1,
+            clip_rewards=True,
+            repeat_action_probability=0.0,
+            life_loss_terminal=True,
+            eval_episodes=32,
+            eval_epsilon=0.001,
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+    @classmethod
+    def atari_dopamine(cls, env_id: str = "ALE/Breakout-v5", **overrides: Any) -> PQNConfig:
+        """``atari``'s PQN settings under Dopamine's Atari protocol (Machado et al., 2018, as Dopamine's
+        baselines run it): sticky actions with probability 0.25 and no life-loss terminal, so each
+        game is learned from as the whole game it is; rewards still clipped (Dopamine's agents clip)."""
+        return cls.atari(env_id, **{"repeat_action_probability": 0.25, "life_loss_terminal": False, **overrides})
 

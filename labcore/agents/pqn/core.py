@@ -35,7 +35,8 @@ import optax
 from flax import struct
 
 from labcore import envs, evaluation, logged_scan, loop, losses, truncation
-from labcore.agents.pqn.config import OPTIMIZERS, PQNConfig  # noqa: F401 (core.PQNConfig, as before)
+from labcore.agents.pqn.config import OPTIMIZERS, PQNConfig, is_atari_id  # noqa: F401 (core.PQNConfig, as before)
+from labcore.envs.batched import GymnaxBatch
 from labcore.nets.q_networks import epsilon_greedy, make_q_network
 
 
@@ -71,14 +72,15 @@ class PQN(NamedTuple):
 
     config: PQNConfig
     network: hk.Transformed
-    env: Any
-    env_params: Any
+    env: Any  # the gymnax env, or the Atari games (labcore.envs.ale_vector.AtariJaxEnv)
+    env_params: Any  # the gymnax env's params (None for Atari)
     init: Callable[[jax.Array], RunnerState]
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
     train: Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]
-    evaluate: Callable[[Any, jax.Array], jax.Array]  # (params, key) -> [eval_episodes] returns
+    evaluate: Callable[[Any, jax.Array], Any]  # (params, key) -> [eval_episodes] returns (Atari: played on the host, not jittable)
     collect: Callable[[RunnerState, jax.Array], tuple[RunnerState, Transition]]  # (runner, epsilon) -> rollout [T, E]
     targets: Callable[[Any, Transition, jax.Array], jax.Array]  # (params, rollout, obs after it) -> [T, E]
+    batch: Any = None  # the num_envs envs stepped together (labcore.envs.batched)
 
 
 METRIC_NAMES = (
@@ -100,24 +102,35 @@ def make_pqn(
     callback: Callable[[dict[str, np.ndarray]], None] | None = None,
     log_every: int = 1,
 ) -> PQN:
-    """Configure PQN for ``env`` (default ``envs.make_jax_env(config.env_id)``, a gymnax env).
+    """Configure PQN for ``env`` (default: ``config.env_id``: a gymnax env, ``envs.make_jax_env``, or
+    for an ALE id ALE's vector env, ``labcore.envs.ale_vector.AtariJaxEnv``).
 
     callback: called on the host with the update's metrics (numpy scalars) every ``log_every``
     updates, in order, while training runs, the rows in bursts (``labcore.logged_scan.scan_updates``);
     under ``jax.vmap`` once per seed. Nothing is traced here.
     """
-    if env is None:
-        try:
-            env, default_params = envs.make_jax_env(config.env_id)
-        except ValueError as err:
-            raise ValueError(f"PQNConfig.env_id: {err}") from None
-        env_params = default_params if env_params is None else env_params
-    elif env_params is None:
-        env_params = env.default_params
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
-    num_actions = env.action_space(env_params).n
-    obs_shape = env.observation_space(env_params).shape
+    atari = env is None and is_atari_id(config.env_id)
+    if atari:
+        from labcore.envs import ale_vector
+
+        try:
+            batch = ale_vector.AtariJaxEnv(atari_settings(config), stepping=config.env_stepping)
+        except ValueError as err:
+            raise ValueError(f"PQNConfig.env_id: {err}") from None
+        env, env_params = batch, None
+    else:
+        if env is None:
+            try:
+                env, default_params = envs.make_jax_env(config.env_id)
+            except ValueError as err:
+                raise ValueError(f"PQNConfig.env_id: {err}") from None
+            env_params = default_params if env_params is None else env_params
+        elif env_params is None:
+            env_params = env.default_params
+        batch = GymnaxBatch(env, env_params, config.num_envs)
+    num_actions, obs_shape = batch.num_actions, batch.obs_shape
     if config.network == "minatar_cnn" and len(obs_shape) != 3:
         raise ValueError(f"PQNConfig.network 'minatar_cnn' needs [H, W, C] observations; {config.env_id} gives {obs_shape}")
     network = make_q_network(config.network, num_actions, config.hidden_sizes, layer_norm=config.layer_norm)
@@ -130,13 +143,11 @@ def make_pqn(
     schedule = learning_rate if config.anneal_lr else config.learning_rate
     base = optax.adam(schedule) if config.optimizer == "adam" else optax.radam(schedule)
     optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base)
-    reset_envs = jax.vmap(env.reset, in_axes=(0, None))
-    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     max_q_of = lambda params, obs: jnp.max(network.apply(params, None, obs), axis=-1)  # noqa: E731
 
     def init(key: jax.Array) -> RunnerState:
         params_key, reset_key, key = jax.random.split(key, 3)
-        obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
+        obs, env_state = batch.reset(reset_key)
         params = network.init(params_key, obs[:1])
         return RunnerState(
             params=params,
@@ -152,25 +163,22 @@ def make_pqn(
         key, act_key, step_key = jax.random.split(runner.key, 3)
         q = network.apply(runner.params, None, runner.obs)
         action = epsilon_greedy(q, epsilon, act_key)
-        obs, env_state, reward, terminated, truncated, info = step_envs(
-            jax.random.split(step_key, config.num_envs), runner.env_state, action, env_params
-        )
-        reward = reward.astype(jnp.float32)
-        done = terminated | truncated
-        episode_return = runner.episode_return + reward
+        obs, env_state, step = batch.step(step_key, runner.env_state, action)
+        reward = jnp.clip(step.reward, -1.0, 1.0) if config.clip_rewards else step.reward
+        episode_return = runner.episode_return + step.score
         transition = Transition(
             obs=runner.obs,
             action=action,
             reward=reward * config.reward_scale,
-            terminated=terminated,
-            truncated=truncated,
+            terminated=step.terminated,
+            truncated=step.truncated,
             max_q=jnp.max(q, axis=-1),
-            final_obs=info["final_observation"] if config.bootstrap_truncation else None,
-            episode_done=done,
+            final_obs=step.final_obs if config.bootstrap_truncation else None,
+            episode_done=step.episode_done,
             episode_return=episode_return,
         )
         runner = runner.replace(
-            env_state=env_state, obs=obs, episode_return=jnp.where(done, 0.0, episode_return), key=key
+            env_state=env_state, obs=obs, episode_return=jnp.where(step.episode_done, 0.0, episode_return), key=key
         )
         return runner, transition
 
@@ -262,7 +270,37 @@ def make_pqn(
 
         return evaluation.play_episodes(env, env_params, choose, key, config.eval_episodes)
 
-    return PQN(config, network, env, env_params, init, run, train, evaluate, collect, targets_of)
+    if atari:
+        evaluate = _atari_evaluation(config, network)
+
+    return PQN(config, network, env, env_params, init, run, train, evaluate, collect, targets_of, batch)
+
+
+def atari_settings(config: PQNConfig, num_envs: int | None = None):
+    """The ALE vector env settings of an Atari config (``labcore.envs.ale_vector.AtariSettings``)."""
+    from labcore.envs import ale_vector
+
+    return ale_vector.AtariSettings(
+        config.env_id, num_envs=config.num_envs if num_envs is None else num_envs,
+        repeat_action_probability=config.repeat_action_probability, life_loss_terminal=config.life_loss_terminal,
+        max_episode_steps=config.max_episode_steps)
+
+
+def _atari_evaluation(config: PQNConfig, network: hk.Transformed) -> Callable[[Any, jax.Array], np.ndarray]:
+    """Atari's ``evaluate(params, key) -> [eval_episodes]``: whole games (every life, points
+    unclipped) played on the host at ``config.eval_epsilon`` (``labcore.envs.ale_vector.play_games``),
+    on up to 16 envs, under the config's sticky actions."""
+    from labcore.envs import ale_vector
+
+    act = jax.jit(lambda params, obs, key: epsilon_greedy(network.apply(params, None, obs), config.eval_epsilon, key))
+    settings = atari_settings(config, num_envs=min(config.eval_episodes, 16))
+
+    def evaluate(params: Any, key: jax.Array) -> np.ndarray:
+        seed = int(jax.random.randint(key, (), 0, 2**30))
+        policy = lambda obs, step: np.asarray(act(params, obs, jax.random.fold_in(key, step)))  # noqa: E731
+        return np.asarray(ale_vector.play_games(settings, policy, config.eval_episodes, seed=seed), np.float32)
+
+    return evaluate
 
 
 def make_train(

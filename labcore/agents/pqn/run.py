@@ -36,6 +36,7 @@ PLOTTED = ("episode_return", "epsilon", "loss", "q_mean")
 def make_program(config: pqn.PQNConfig, callback=None, log_every: int = 1) -> loop.Program:
     """PQN as a ``labcore.loop.Program``; its evaluation plays ``config.eval_episodes`` episodes."""
     agent = pqn.make_pqn(config, callback=callback, log_every=log_every)
+    games = getattr(agent.env, "restore", None)  # Atari: emulators outside JAX, rebuilt after a checkpoint is read
     return loop.Program(
         config=config,
         init=agent.init,
@@ -48,6 +49,10 @@ def make_program(config: pqn.PQNConfig, callback=None, log_every: int = 1) -> lo
         shown={"ret": "episode_return", "eps": "epsilon"},
         evaluate=lambda runner, seed: _evaluate(agent, runner.params, seed + 1),
         algorithm="pqn",
+        after_restore=None if games is None else (
+            lambda runner: runner.replace(env_state=games(runner.env_state, np.asarray(runner.obs)))),
+        summarize=None if games is None else (lambda rows: {"env_stepping": agent.env.stepping}),
+        one_seed="" if games is None else "PQN on Atari runs one seed per process (its games live in ALE's C++ vector env)",
     )
 
 
@@ -63,14 +68,23 @@ def evaluate(config: pqn.PQNConfig, params: Any, seed: int = 0) -> dict[str, Any
 
 def _evaluate(agent: pqn.PQN, params: Any, seed: int) -> dict[str, Any]:
     key = jax.random.key(seed)
-    played = np.asarray(jax.jit(agent.evaluate)(params, key))
-    random_play = jax.jit(lambda k: evaluation.random_returns(agent.env, agent.env_params, k, agent.config.eval_episodes))
+    if agent.env_params is None:  # Atari: whole games played on the host
+        from labcore.envs import ale_vector
+
+        played = agent.evaluate(params, key)
+        rng = np.random.default_rng(seed)
+        random_play = ale_vector.play_games(
+            pqn.atari_settings(agent.config, num_envs=min(agent.config.eval_episodes, 16)),
+            lambda obs, step: rng.integers(0, agent.batch.num_actions, len(obs)), agent.config.eval_episodes, seed=seed)
+    else:
+        played = np.asarray(jax.jit(agent.evaluate)(params, key))
+        random_play = jax.jit(lambda k: evaluation.random_returns(agent.env, agent.env_params, k, agent.config.eval_episodes))(key)
     return {
         "eval_episodes": agent.config.eval_episodes,
         "eval_epsilon": agent.config.eval_epsilon,
         "eval_return_mean": float(played.mean()),
         "eval_return_std": float(played.std()),
-        "random_return_mean": float(np.mean(random_play(key))),
+        "random_return_mean": float(np.mean(random_play)),
     }
 
 
