@@ -1,4 +1,4 @@
-"""Atari through ALE's vector env (labcore.envs.ale_vector): the same games as gymnasium's
+"""Atari through ALE's vector env (labcore.envs.ale_vector, labcore.envs.ale_jax): the same games as gymnasium's
 preprocessing, the two ways of stepping alike, seeded games, an exact restore, whole-game scores."""
 
 import gymnasium as gym
@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from labcore.envs import ale_vector
-from labcore.envs.ale_vector import AtariJaxEnv, AtariSettings
+from labcore.envs import ale_jax, ale_vector
+from labcore.envs.ale_jax import AtariJaxEnv
+from labcore.envs.ale_vector import AtariSettings
 
-XLA, WHY_NOT = ale_vector.xla_stepping_available()
+XLA, WHY_NOT = ale_jax.xla_stepping_available()
 STEPPINGS = ["callback"] + (["xla"] if XLA else [])
 
 
@@ -129,11 +130,11 @@ def test_auto_stepping_is_xla_exactly_where_this_jax_runs_it():
 def test_every_game_has_a_seed_of_its_own():
     """Seeds are a pure function of (key, env, game): distinct across envs and games, equal for the same."""
     key = jax.random.key(3)
-    first = np.asarray(ale_vector.game_seeds(key, jnp.zeros(64, jnp.int32)))
-    second = np.asarray(ale_vector.game_seeds(key, jnp.ones(64, jnp.int32)))
+    first = np.asarray(ale_jax.game_seeds(key, jnp.zeros(64, jnp.int32)))
+    second = np.asarray(ale_jax.game_seeds(key, jnp.ones(64, jnp.int32)))
     assert len(set(first) | set(second)) == 128 and (first >= 0).all()
-    np.testing.assert_array_equal(first, np.asarray(ale_vector.game_seeds(key, jnp.zeros(64, jnp.int32))))
-    assert not np.array_equal(first, np.asarray(ale_vector.game_seeds(jax.random.key(4), jnp.zeros(64, jnp.int32))))
+    np.testing.assert_array_equal(first, np.asarray(ale_jax.game_seeds(key, jnp.zeros(64, jnp.int32))))
+    assert not np.array_equal(first, np.asarray(ale_jax.game_seeds(jax.random.key(4), jnp.zeros(64, jnp.int32))))
 
 
 @pytest.mark.parametrize("stepping", STEPPINGS)

@@ -106,3 +106,17 @@ def test_breakout_pipeline_learns_checkpoints_and_evaluates(tmp_path):
     loaded_config, state = dqn_loop.load_checkpoint(tmp_path)
     scores = dqn_loop.evaluate(loaded_config, state.params, episodes=1, max_episode_steps=500)
     assert len(scores) == 1 and scores[0] >= 0
+
+
+@pytest.mark.end_to_end
+def test_breakout_resumes_exactly_on_the_same_games(tmp_path):
+    """ALE's vector env is checkpointed as its games' seeds and actions and replayed on resume, so
+    an Atari run stopped mid-way (at agent step 403) and resumed ends where the straight one does."""
+    config = dqn.DQNConfig.atari_short(total_steps=600, learning_starts=200, buffer_size=1_000, target_update_frequency=100,
+                                       repeat_action_probability=0.25)
+    straight = dqn_loop.train(config, run_dir=tmp_path / "straight", progress=False, log_every=25)
+    dqn_loop.train(config, run_dir=tmp_path / "resumed", progress=False, log_every=25, stop_at=403)
+    resumed = dqn_loop.train(config, run_dir=tmp_path / "resumed", progress=False, log_every=25, resume=True)
+    for a, b in zip(leaves(straight.state), leaves(resumed.state)):
+        np.testing.assert_array_equal(a, b)
+    assert resumed.summary["episodes"] == straight.summary["episodes"]

@@ -1,4 +1,5 @@
-"""Host environments: id and action-space checks, the Atari preprocessing, the vectorised variant;
+"""Host environments: id and action-space checks, Atari through ALE's vector env (clipping, lost lives,
+seeded games, a pickled copy that replays them);
 labcore's masked games; the layering (nothing below the agents imports them)."""
 
 import gymnasium as gym
@@ -8,7 +9,6 @@ import numpy as np
 import pytest
 
 from labcore import envs
-from labcore.envs.atari import make_atari, make_atari_vector
 
 
 def test_unknown_id_suggests_close_ones():
@@ -21,51 +21,55 @@ def test_continuous_actions_are_refused():
         envs.make_single_env("MountainCarContinuous-v0")
 
 
-def test_atari_preprocessing_shapes_clipping_and_life_loss():
-    env = make_atari("ALE/Breakout-v5", seed=0, repeat_action_probability=0.0)
-    stack, info = env.reset(seed=0)
-    assert stack.shape == (4, 84, 84) and stack.dtype == np.uint8 and isinstance(env.action_space, gym.spaces.Discrete)
-    assert all(np.array_equal(stack[0], frame) for frame in stack)  # reset pads with the first frame
-    lives, lost, rewards = info["lives"], 0, []
+def test_atari_through_ale_vector_env_clips_for_training_and_counts_whole_games():
+    """Breakout through make_vector_env (ALE's vector env): [E, 4, 84, 84] uint8 stacks padded with
+    zeros after a reset, training rewards clipped, each lost life reported while the game goes on,
+    and one game's score counting all five lives."""
+    vector = envs.make_vector_env("ALE/Breakout-v5", 1, seed=0, repeat_action_probability=0.0)
+    stack, info = vector.reset(seed=0)
+    assert stack.shape == (1, 4, 84, 84) and stack.dtype == np.uint8 and int(vector.single_action_space.n) == 4
+    assert not stack[0, :3].any() and stack[0, 3].any()  # a new game's stack: three zero frames, then the screen
+    lives, lost, rewards = int(info["lives"][0]), 0, []
     for step in range(3000):
-        stack, reward, terminated, truncated, info = env.step(1 if step % 50 == 0 else 0)  # serve, then wait
-        rewards.append(reward)
-        lost += info["life_lost"]
-        if terminated or truncated:
+        stack, reward, terminated, truncated, info = vector.step(np.array([1 if step % 50 == 0 else 0]))  # serve, wait
+        rewards.append(float(reward[0]))
+        lost += int(info["life_lost"][0])
+        if terminated[0] or truncated[0]:
             break
-    env.close()
-    # Every life was lost without the env resetting in between: one game, 5 life-loss steps.
-    assert terminated and lost == lives == 5
-    assert set(rewards) <= {-1.0, 0.0, 1.0}
-    assert info["episode"]["l"] == step + 1
-
-
-def test_unclipped_rewards_for_evaluation():
-    env = envs.make_single_env("ALE/Breakout-v5", training=False, seed=0)
-    assert not any(isinstance(wrapper, envs.atari.ClipReward) for wrapper in _wrappers(env))
-    env.close()
-
-
-def _wrappers(env):
-    while isinstance(env, gym.Wrapper):
-        yield env
-        env = env.env
-
-
-def test_vector_atari_auto_resets_in_the_same_step():
-    vector = make_atari_vector("ALE/Breakout-v5", num_envs=2, seed=0, max_episode_steps=40)
-    obs, _ = vector.reset(seed=[0, 1])
-    assert obs.shape == (2, 4, 84, 84)
-    for _ in range(45):
-        obs, reward, terminated, truncated, info = vector.step(vector.action_space.sample())
-        if (terminated | truncated).any():
-            break
-    done = np.flatnonzero(terminated | truncated)
-    assert len(done) > 0
-    for i in done:  # the returned obs starts a new game; the finished game's last one is kept
-        assert info["final_obs"][i].shape == (4, 84, 84)
-        assert all(np.array_equal(obs[i][0], frame) for frame in obs[i])
     vector.close()
+    assert terminated[0] and lost == lives - 1 == 4  # the last life is the game's end, not a lost life
+    assert set(rewards) <= {-1.0, 0.0, 1.0}
+    assert info["final_info"]["episode"]["l"][0] == step + 1 and info["final_obs"][0].shape == (4, 84, 84)
+
+
+def test_atari_evaluation_scores_are_unclipped_and_every_game_is_seeded():
+    def play(seed):
+        vector = envs.make_vector_env("ALE/Breakout-v5", 2, seed=seed, training=False, max_episode_steps=300)
+        rng, scores = np.random.default_rng(0), []
+        while len(scores) < 4:
+            _, reward, terminated, truncated, info = vector.step(rng.integers(0, 4, 2))
+            assert reward.dtype == np.float32
+            scores += [float(info["final_info"]["episode"]["r"][i]) for i in np.flatnonzero(terminated | truncated)]
+        vector.close()
+        return scores
+
+    assert play(3) == play(3)
+
+
+def test_a_pickled_atari_vector_env_replays_its_games():
+    import pickle
+
+    vector = envs.make_vector_env("ALE/Breakout-v5", 2, seed=1, max_episode_steps=80)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        vector.step(rng.integers(0, 4, 2))
+    copy = pickle.loads(pickle.dumps(vector))
+    for _ in range(60):
+        actions = rng.integers(0, 4, 2)
+        for a, b in zip(vector.step(actions)[:4], copy.step(actions)[:4]):
+            np.testing.assert_array_equal(a, b)
+    vector.close()
+    copy.close()
 
 
 def test_hypergrid_is_a_masked_game():

@@ -17,8 +17,8 @@ def frame(value: int) -> np.ndarray:
     return np.full(FRAME, value % 256, np.uint8)
 
 
-def synthetic_episodes(rng, num_episodes, max_len, life_loss_rate=0.2, truncate_rate=0.3):
-    """Transitions as FrameStackObservation(4, padding_type='reset') would emit them.
+def synthetic_episodes(rng, num_episodes, max_len, life_loss_rate=0.2, truncate_rate=0.3, padding="reset"):
+    """Transitions as FrameStackObservation(4, padding_type=padding) would emit them ('zero': as ALE's vector env).
 
     Each raw frame has a unique value (mod 256), so a wrongly rebuilt stack shows.
     Returns a list of (Transition of numpy arrays, episode_end).
@@ -27,7 +27,8 @@ def synthetic_episodes(rng, num_episodes, max_len, life_loss_rate=0.2, truncate_
     for _ in range(num_episodes):
         length = int(rng.integers(1, max_len + 1))
         truncated = rng.random() < truncate_rate
-        stack = deque([frame(counter)] * 4, maxlen=4)
+        first = frame(counter)
+        stack = deque([first] * 4 if padding == "reset" else [np.zeros_like(first)] * 3 + [first], maxlen=4)
         counter += 1
         for t in range(length):
             obs = np.stack(stack)
@@ -56,12 +57,13 @@ def as_key(t):
     return (t.obs.tobytes(), int(t.action), float(t.reward), t.next_obs.tobytes(), bool(t.terminated))
 
 
+@pytest.mark.parametrize("padding", frame_replay.PADDINGS)
 @pytest.mark.parametrize("capacity", [1000, 37])
-def test_samples_are_exactly_the_stored_transitions(capacity):
+def test_samples_are_exactly_the_stored_transitions(capacity, padding):
     rng = np.random.default_rng(0)
-    steps = synthetic_episodes(rng, num_episodes=40, max_len=12)
+    steps = synthetic_episodes(rng, num_episodes=40, max_len=12, padding=padding)
     state = fill(steps, capacity)
-    batch = jax.jit(frame_replay.sample, static_argnums=2)(state, jax.random.key(1), 4096)
+    batch = jax.jit(frame_replay.sample, static_argnums=(2, 3))(state, jax.random.key(1), 4096, padding)
     batch = jax.tree_util.tree_map(np.asarray, batch)
     sampled = {as_key(Transition(*(leaf[i] for leaf in batch))) for i in range(4096)}
     everything = [as_key(t) for t, _ in steps]
@@ -101,7 +103,7 @@ def test_terminated_and_truncated_are_distinguished():
     np.testing.assert_array_equal(np.asarray(state.valid)[:7], [1, 1, 1, 0, 1, 1, 0])
     np.testing.assert_array_equal(np.asarray(state.first)[:7], [1, 0, 0, 0, 1, 0, 0])
     np.testing.assert_array_equal(np.asarray(state.terminated)[:7], [0, 1, 0, 0, 0, 1, 0])
-    obs, next_obs = frame_replay.stacks_at(state, jnp.arange(7))
+    obs, next_obs = frame_replay.stacks_at(state, jnp.arange(7), "reset")
     for slot, (transition, _) in zip([0, 1, 2, 4, 5], steps):
         np.testing.assert_array_equal(obs[slot], transition.obs)
         np.testing.assert_array_equal(next_obs[slot], transition.next_obs)
@@ -130,23 +132,30 @@ def test_memory_of_a_million_atari_transitions():
 
 
 def test_matches_real_breakout_frame_stacks():
-    from labcore.envs.atari import make_atari
+    """The stacks ALE's vector env emitted (zeros before a new game's first frame), rebuilt from one
+    frame a step, over games of at most 60 steps with lost lives on the way."""
+    from labcore import envs
 
-    env = make_atari("ALE/Breakout-v5", seed=0, max_episode_steps=60)  # short episodes: many resets
+    env = envs.make_vector_env("ALE/Breakout-v5", 1, seed=0, max_episode_steps=60)  # short games: many resets
     rng = np.random.default_rng(0)
     steps, obs = [], env.reset(seed=0)[0]
     for _ in range(400):
-        action = int(rng.integers(4))
+        action = np.array([rng.integers(4)])
         next_obs, reward, terminated, truncated, info = env.step(action)
-        steps.append((Transition(obs, np.int32(action), np.float32(reward), next_obs, np.bool_(terminated or info["life_lost"])), terminated or truncated))
-        obs = env.reset()[0] if terminated or truncated else next_obs
+        ended = bool(terminated[0] or truncated[0])
+        real_next = info["final_obs"][0] if ended else next_obs[0]
+        steps.append((Transition(obs[0], np.int32(action[0]), np.float32(reward[0]), real_next,
+                                 np.bool_(terminated[0] or info["life_lost"][0])), ended))
+        obs = next_obs
     env.close()
     state = fill(steps, 1000, frame_shape=(84, 84))
     assert sum(end for _, end in steps) >= 5
     valid_slots = jnp.asarray(np.flatnonzero(np.asarray(state.valid)))
-    obs, next_obs = frame_replay.stacks_at(state, valid_slots)
+    obs, next_obs = frame_replay.stacks_at(state, valid_slots, "zero")
     np.testing.assert_array_equal(np.asarray(obs), np.stack([t.obs for t, _ in steps]))
     np.testing.assert_array_equal(np.asarray(next_obs), np.stack([t.next_obs for t, _ in steps]))
+    with pytest.raises(ValueError, match="padding must be one of"):
+        frame_replay.stacks_at(state, valid_slots, "edge")
 
 
 def test_frame_buffer_behind_the_shared_interface_adds_a_stream_in_order():

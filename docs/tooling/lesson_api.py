@@ -43,7 +43,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("make_q_network", "labcore.nets.q_networks.make_q_network", "func"),
         ("labcore.replay", "labcore.replay", "mod"),
         ("dqn.frame_replay", "labcore.agents.dqn.frame_replay", "mod"),
-        ("make_atari", "labcore.envs.atari.make_atari", "func"),
+        ("AtariSettings", "labcore.envs.ale_vector.AtariSettings", "class"),
         ("losses.huber_loss", "labcore.losses.huber_loss", "func"),
         ("plot_metrics", "labcore.logging.plot_metrics", "func"),
     ],

@@ -1,4 +1,5 @@
-"""Environments: host envs through gymnasium (classic control, Atari) for the DQN loops, and
+"""Environments: host envs for the DQN loops (classic control through gymnasium, Atari through ALE's
+vector env, ``labcore.envs.ale_vector``), and
 labcore's own pure-JAX games with the gymnax interface (stateless env object, params dataclass,
 ``reset(key, params)``, ``step(key, state, action, params)``): ``vault.Vault`` and
 ``hypergrid_env.HyperGridEnv`` (masked, through ``make_masked_env``) and the multi-agent
@@ -28,19 +29,15 @@ def check_env_id(env_id: str) -> None:
         raise ValueError(f"unknown environment id {env_id!r}{hint}")
 
 
-def make_single_env(env_id: str, *, training: bool = True, seed: int | None = None, **atari_kwargs: Any) -> gym.Env:
-    """One env with episode statistics; Atari ids get the Nature preprocessing.
-
-    training=False keeps Atari rewards unclipped (the loops report game scores either way).
-    """
+def make_single_env(env_id: str, *, seed: int | None = None) -> gym.Env:
+    """One gymnasium env with episode statistics (Atari ids: ``make_vector_env``, ALE's vector env)."""
     check_env_id(env_id)
     if atari.is_atari_id(env_id):
-        env = atari.make_atari(env_id, clip_rewards=training, seed=seed, **atari_kwargs)
-    else:
-        env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
-        if seed is not None:
-            env.reset(seed=seed)
-            env.action_space.seed(seed)
+        raise ValueError(f"{env_id!r} is an Atari id: make_vector_env plays it through ALE's vector env")
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
+    if seed is not None:
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
     if not isinstance(env.action_space, gym.spaces.Discrete):
         env.close()
         raise ValueError(
@@ -52,17 +49,28 @@ def make_single_env(env_id: str, *, training: bool = True, seed: int | None = No
 
 def make_vector_env(
     env_id: str, num_envs: int = 1, *, seed: int = 0, training: bool = True, **atari_kwargs: Any
-) -> gym.vector.SyncVectorEnv:
+) -> gym.vector.SyncVectorEnv | Any:
     """``num_envs`` envs stepped in lock-step, auto-resetting in the same step.
 
-    A finished env's last observation is ``info["final_obs"][i]`` and its game score
-    ``info["final_info"]["episode"]["r"][i]``; env ``i`` is seeded with ``seed + i``.
+    A finished env's last observation is ``info["final_obs"][i]`` and its score
+    ``info["final_info"]["episode"]["r"][i]``; env ``i`` is seeded with ``seed + i``. Atari ids play
+    through ALE's vector env with the Nature preprocessing (``labcore.envs.ale_vector.AtariVector``:
+    the same interface, a lost life in ``info["life_lost"]``, every game seeded); ``atari_kwargs``
+    are ``AtariSettings`` fields (repeat_action_probability, max_episode_steps, ...), and
+    training=False keeps the rewards unclipped (the score counts the game's points either way).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    make_single_env(env_id, training=training, **atari_kwargs).close()  # validate before building N
+    if atari.is_atari_id(env_id):
+        from labcore.envs import ale_vector
+
+        settings = ale_vector.AtariSettings(env_id, num_envs=num_envs, **atari_kwargs)
+        vector = ale_vector.AtariVector(settings, seed=seed, clip_rewards=training)
+        vector.reset(seed=seed)
+        return vector
+    make_single_env(env_id).close()  # validate before building N
     envs = gym.vector.SyncVectorEnv(
-        [lambda: make_single_env(env_id, training=training, **atari_kwargs) for _ in range(num_envs)],
+        [lambda: make_single_env(env_id) for _ in range(num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     envs.reset(seed=[seed + i for i in range(num_envs)])

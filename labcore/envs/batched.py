@@ -10,7 +10,7 @@ An env whose episode ended is reset within the step: ``obs`` starts its next epi
 Two kinds:
 
 * ``GymnaxBatch``: a gymnax env (CartPole, MinAtar, labcore's own games) under ``jax.vmap``, pure;
-* ``labcore.envs.ale_vector.AtariJaxEnv``: Atari, ALE's C++ vector env called from the program. Its
+* ``labcore.envs.ale_jax.AtariJaxEnv``: Atari, ALE's C++ vector env called from the program. Its
   emulators live outside JAX, so it has a ``restore`` to bring them back after a checkpoint is read.
 
 Learning and reporting may differ (Atari): ``reward`` and ``terminated`` are what the learner

@@ -11,8 +11,9 @@ the transition ``s_i --action, reward--> s_{i+1}`` whose next observation is slo
 An episode that ends (terminated or truncated) leaves one extra slot with its final
 observation (needed to bootstrap after a truncation) that starts no transition; the next
 episode begins in a fresh slot flagged ``first``. A stack reaching back past an episode's
-first slot repeats that first frame, exactly as ``FrameStackObservation(padding_type="reset")``
-pads after a reset.
+first slot is padded as the env pads it after a reset: with zeros (``padding="zero"``, ALE's
+vector env and ``FrameStackObservation(padding_type="zero")``) or with copies of that first frame
+(``padding="reset"``, gymnasium's default).
 
 ``terminated`` (do not bootstrap) is separate from the episode boundary: a lost life is
 terminal for learning while the game, and the frame stack, go on.
@@ -33,6 +34,7 @@ from labcore.agents.dqn.core import Transition
 
 STACK = 4
 REJECTION_ROUNDS = 8
+PADDINGS = ("zero", "reset")
 
 
 @struct.dataclass
@@ -145,12 +147,15 @@ def sample_indices(state: FrameReplayState, key: jax.Array, batch_size: int) -> 
     return jnp.where(found, chosen, neighbour)
 
 
-def stacks_at(state: FrameReplayState, slots: jax.Array) -> tuple[jax.Array, jax.Array]:
+def stacks_at(state: FrameReplayState, slots: jax.Array, padding: str = "zero") -> tuple[jax.Array, jax.Array]:
     """The observation and next observation of the transitions at linear ``slots`` [B].
 
-    Returns (obs, next_obs), each [B, 4, H, W] uint8, padded at episode starts like
-    FrameStackObservation: frames from before the episode's first slot become that first frame.
+    Returns (obs, next_obs), each [B, 4, H, W] uint8, padded at episode starts as the env pads
+    them: frames from before the episode's first slot become zeros (``padding="zero"``) or that
+    first frame (``"reset"``).
     """
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
     capacity = state.capacity
     window = slots[:, None] + jnp.arange(-(STACK - 1), 2)  # [B, 5]: s-3 .. s+1
     frames = state.frames[window % capacity]  # [B, 5, H, W]
@@ -162,15 +167,19 @@ def stacks_at(state: FrameReplayState, slots: jax.Array) -> tuple[jax.Array, jax
         # The latest episode start within the stack (position 0 of the stack if none).
         start = jnp.max(jnp.where(first[:, positions], positions, offset), axis=1)  # [B]
         source = jnp.maximum(positions[None, :], start[:, None])  # [B, 4]
-        return jnp.take_along_axis(frames, source[:, :, None, None], axis=1)
+        stack = jnp.take_along_axis(frames, source[:, :, None, None], axis=1)
+        if padding == "zero":
+            before_start = positions[None, :] < start[:, None]  # [B, 4]
+            stack = jnp.where(before_start[:, :, None, None], jnp.zeros_like(stack), stack)
+        return stack
 
     return pad_to_episode_start(0), pad_to_episode_start(1)
 
 
-def sample(state: FrameReplayState, key: jax.Array, batch_size: int) -> Transition:
+def sample(state: FrameReplayState, key: jax.Array, batch_size: int, padding: str = "zero") -> Transition:
     """A uniform batch of transitions with rebuilt stacks: obs, next_obs [B, 4, H, W] uint8."""
     slots = sample_indices(state, key, batch_size)
-    obs, next_obs = stacks_at(state, slots)
+    obs, next_obs = stacks_at(state, slots, padding)
     here = slots % state.capacity
     return Transition(
         obs=obs,
@@ -181,9 +190,12 @@ def sample(state: FrameReplayState, key: jax.Array, batch_size: int) -> Transiti
     )
 
 
-def frame_buffer(capacity: int, batch_size: int) -> replay.Buffer:
+def frame_buffer(capacity: int, batch_size: int, padding: str = "zero") -> replay.Buffer:
     """This buffer behind ``labcore.replay.Buffer``'s interface: ``init(example)`` takes the frame
-    shape from ``example.obs`` ([4, H, W]); ``add`` records the N steps of its one stream in order."""
+    shape from ``example.obs`` ([4, H, W]); ``add`` records the N steps of its one stream in order.
+    padding: how the env pads a stack after a reset (``stacks_at``); ALE's vector env: zeros."""
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
     if capacity < STACK + 2:
         raise ValueError(f"frame replay capacity must be >= {STACK + 2}, got {capacity}")
 
@@ -196,6 +208,6 @@ def frame_buffer(capacity: int, batch_size: int) -> replay.Buffer:
     return replay.Buffer(
         init=lambda example: init(capacity, tuple(example.obs.shape[1:])),
         add=add_steps,
-        sample=lambda state, key: sample(state, key, batch_size),
+        sample=lambda state, key: sample(state, key, batch_size, padding),
         can_sample=lambda state: can_sample(state, batch_size),
     )

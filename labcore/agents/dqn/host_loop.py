@@ -68,8 +68,9 @@ def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
 
     Raises ValueError for an unknown env id or a non-Discrete action space.
     """
-    env = envs.make_single_env(config.env_id, **_atari_kwargs(config))
-    shape, dtype, num_actions = env.observation_space.shape, env.observation_space.dtype, int(env.action_space.n)
+    env = envs.make_vector_env(config.env_id, 1, **_atari_kwargs(config))
+    space = env.single_observation_space
+    shape, dtype, num_actions = space.shape, space.dtype, int(env.single_action_space.n)
     env.close()
     if config.network == "nature_cnn" and len(shape) != 3:
         raise ValueError(f"DQNConfig.network 'nature_cnn' needs stacked frames, but {config.env_id} observes {shape}")
@@ -137,8 +138,8 @@ def make_learn(config: dqn.DQNConfig, agent: DQN):
 def make_buffer(config: dqn.DQNConfig) -> replay.Buffer:
     """The run's replay buffer (one interface, ``labcore.replay.Buffer``): Atari frames stored once
     (``replay_storage="frames"``), or whole transitions."""
-    if config.replay_storage == "frames":
-        return frame_replay.frame_buffer(config.buffer_size, config.batch_size)
+    if config.replay_storage == "frames":  # ALE's vector env pads a new game's stack with zeros
+        return frame_replay.frame_buffer(config.buffer_size, config.batch_size, padding="zero")
     return replay.uniform_buffer(config.buffer_size, config.batch_size)
 
 
@@ -354,8 +355,8 @@ def _save(directory, config, counters, train_state, replay_state, key, obs, vect
     env_bytes = None
     if save_replay:
         state["replay"] = replay_state
-        try:
-            env_bytes = pickle.dumps(vector_env.envs)
+        try:  # gymnasium's envs, or ALE's vector env as its games' seeds and actions (replayed on load)
+            env_bytes = pickle.dumps(getattr(vector_env, "envs", vector_env))
         except Exception as error:  # an env whose state cannot be pickled resumes from a reset
             warnings.warn(f"environment state not saved ({error}); a resume starts new episodes", stacklevel=3)
     if env_bytes is not None:
@@ -412,10 +413,13 @@ def _restore(run: runs.RunDir, config: dqn.DQNConfig, train_state, replay_state)
     }
 
 
-def _vector_env_from(env_list: list[gym.Env]) -> gym.vector.SyncVectorEnv:
-    """A vector env around already-running envs (restored from a checkpoint): no reset."""
+def _vector_env_from(restored: list[gym.Env] | Any) -> gym.vector.SyncVectorEnv | Any:
+    """A vector env around already-running envs (restored from a checkpoint): no reset. ALE's vector
+    env (``labcore.envs.ale_vector.AtariVector``) comes back whole, its games replayed."""
+    if not isinstance(restored, list):
+        return restored
     return gym.vector.SyncVectorEnv(
-        [lambda env=env: env for env in env_list], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        [lambda env=env: env for env in restored], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
 
 

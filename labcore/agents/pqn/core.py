@@ -72,7 +72,7 @@ class PQN(NamedTuple):
 
     config: PQNConfig
     network: hk.Transformed
-    env: Any  # the gymnax env, or the Atari games (labcore.envs.ale_vector.AtariJaxEnv)
+    env: Any  # the gymnax env, or the Atari games (labcore.envs.ale_jax.AtariJaxEnv)
     env_params: Any  # the gymnax env's params (None for Atari)
     init: Callable[[jax.Array], RunnerState]
     run: Callable[[RunnerState, int], tuple[RunnerState, dict[str, jax.Array]]]
@@ -103,7 +103,7 @@ def make_pqn(
     log_every: int = 1,
 ) -> PQN:
     """Configure PQN for ``env`` (default: ``config.env_id``: a gymnax env, ``envs.make_jax_env``, or
-    for an ALE id ALE's vector env, ``labcore.envs.ale_vector.AtariJaxEnv``).
+    for an ALE id ALE's vector env, ``labcore.envs.ale_jax.AtariJaxEnv``).
 
     callback: called on the host with the update's metrics (numpy scalars) every ``log_every``
     updates, in order, while training runs, the rows in bursts (``labcore.logged_scan.scan_updates``);
@@ -113,10 +113,10 @@ def make_pqn(
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     atari = env is None and is_atari_id(config.env_id)
     if atari:
-        from labcore.envs import ale_vector
+        from labcore.envs import ale_jax
 
         try:
-            batch = ale_vector.AtariJaxEnv(atari_settings(config), stepping=config.env_stepping)
+            batch = ale_jax.AtariJaxEnv(atari_settings(config), stepping=config.env_stepping)
         except ValueError as err:
             raise ValueError(f"PQNConfig.env_id: {err}") from None
         env, env_params = batch, None
