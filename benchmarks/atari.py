@@ -2,7 +2,8 @@
 
     python benchmarks/atari.py train --runs ~/atari-runs --seeds 0 1 2           # hours on a 2-core CPU
     python benchmarks/atari.py train --runs ~/atari-runs --seeds 0 --preset atari_dopamine
-    python benchmarks/atari.py curve --runs ~/atari-runs                          # docs/results/atari_breakout.json
+    python benchmarks/atari.py speed                  # where an update's time goes, against its floors (an idle machine)
+    python benchmarks/atari.py curve --runs ~/atari-runs --speed benchmarks/results/atari_speed.json
 
 ``train`` runs ``PQNConfig.<preset>(env_id)`` through ``labcore.agents.pqn.train`` (the same driver
 as ``python -m labcore train pqn --preset atari``) into ``RUNS/<preset>-<game>-seed<k>``, one seed
@@ -12,23 +13,31 @@ interruption and each run goes on from its newest checkpoint (a finished run is 
 run in slices, e.g. ``--max-minutes 9`` on a machine lent for ten minutes at a time. Keep the run
 folders outside the repository: they hold checkpoints.
 
-``curve`` reads the run folders and writes the small file the results page renders from: per seed,
-the mean return of every training game (all five lives, the game's points) that ended in each
-1M-frame block, the evaluations, wall time and throughput.
+``speed`` times, on this machine with nothing else running, one PQN update of the preset (128 envs
+x 32 steps, 2 epochs of 32 minibatches) and its parts: the rollout (the games and the acting
+network), the learning (the 64 minibatch steps), each against its floor (ALE's vector env stepped
+with random actions inside a jitted scan; the network's forwards and minibatch steps alone on random
+frames), and DQN's network cost per agent step beside PQN's. It writes benchmarks/results/atari_speed.json.
+
+``curve`` reads the run folders (and the speed results) and writes the small file the results page
+and lesson 12 render from, ``labcore/course/recorded/pqn_atari_breakout.json``: per seed, the mean
+return of every training game (all five lives, the game's points) that ended in each 1M-frame block
+(the statistic Dopamine's baselines plot), the evaluations, wall time and throughput.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 FRAMES_PER_STEP = 4  # ALE's action repeat: one agent step is 4 frames
 BLOCK_FRAMES = 1_000_000  # Dopamine's iteration: 250,000 agent steps
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "atari_breakout.json"
+REPO = Path(__file__).resolve().parents[1]
+RECORDED = REPO / "labcore" / "course" / "recorded" / "pqn_atari_breakout.json"
 
 
 def run_folder(runs: Path, preset: str, env_id: str, seed: int) -> Path:
@@ -67,6 +76,158 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def block_returns(rows: list[dict]) -> list[dict]:
+    """The mean return of the training games that ended in each 1M-frame block, from the metrics rows
+    of every update (a row: the mean return of the games that ended in that update, and how many)."""
+    blocks: dict[int, list[float]] = {}
+    for row in rows:
+        if "episodes" not in row or not row["episodes"]:
+            continue
+        block = (row["timesteps"] * FRAMES_PER_STEP - 1) // BLOCK_FRAMES  # the block the update ends in
+        total = blocks.setdefault(block, [0.0, 0])
+        total[0] += row["episode_return"] * row["episodes"]
+        total[1] += row["episodes"]
+    return [{"frames_end": (block + 1) * BLOCK_FRAMES, "games": int(count), "mean_return": round(total / count, 3)}
+            for block, (total, count) in sorted(blocks.items())]
+
+
+def read_run(folder: Path) -> dict:
+    from labcore.logging import read_metrics
+
+    rows = read_metrics(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    evaluations = [{"frames": row["timesteps"] * FRAMES_PER_STEP, "mean_return": round(row["eval_return_mean"], 3),
+                    "std": round(row["eval_return_std"], 3), "games": row["eval_episodes"]}
+                   for row in rows if "eval_return_mean" in row]
+    wall_s = (folder / "summary.json").stat().st_mtime - (folder / "config.json").stat().st_mtime
+    frames = summary["timesteps"] * FRAMES_PER_STEP
+    return {
+        "seed": config["seed"],
+        "frames": frames,
+        "blocks": [block for block in block_returns(rows) if block["frames_end"] <= frames + BLOCK_FRAMES // 2],
+        "evaluations": evaluations,
+        "final_evaluation": {"mean_return": round(summary["eval_return_mean"], 3), "std": round(summary["eval_return_std"], 3),
+                             "games": summary["eval_episodes"], "random_return": round(summary["random_return_mean"], 3)},
+        "train_s": round(summary["run_s"] + summary["compile_s"], 1),
+        "wall_s": round(wall_s, 1),
+        "agent_steps_per_s": summary["steps_per_second"],
+        "env_stepping": summary["env_stepping"],
+        "games": sum(row.get("episodes", 0) or 0 for row in rows),
+    }
+
+
+def curve(args: argparse.Namespace) -> int:
+    import jax
+
+    from labcore.tools.benchmarking import machine_description
+
+    folders = sorted(p for p in args.runs.glob(f"{args.preset}-*-seed*") if (p / "summary.json").exists())
+    if not folders:
+        print(f"no finished run in {args.runs}", file=sys.stderr)
+        return 1
+    config = json.loads((folders[0] / "config.json").read_text())
+    runs = [read_run(folder) for folder in folders]
+    data = {
+        "command": f"python benchmarks/atari.py train --runs RUNS --seeds {' '.join(str(r['seed']) for r in runs)}"
+                   + ("" if args.preset == "atari" else f" --preset {args.preset}"),
+        "machine": args.machine or machine_description()["processor"],
+        "jax": jax.__version__,
+        "ale_py": importlib.metadata.version("ale-py"),
+        "date": args.date or time.strftime("%Y-%m-%d", time.localtime((folders[-1] / "summary.json").stat().st_mtime)),
+        "env_id": config["env_id"],
+        "preset": args.preset,
+        "protocol": "a lost life terminal for learning, rewards clipped to [-1, 1] for learning, no sticky actions, "
+                    "up to 30 no-op actions after a reset" if config["life_loss_terminal"] else
+                    "sticky actions 0.25, no life-loss terminal, rewards clipped to [-1, 1] for learning",
+        "protocol_short": "purejaxql's protocol" if config["life_loss_terminal"] else "Dopamine's protocol",
+        "eval_epsilon": config["eval_epsilon"],
+        "config": config,
+        "runs": runs,
+    }
+    if args.speed is not None:
+        data["speed"] = json.loads(args.speed.read_text())
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def speed(args: argparse.Namespace) -> int:
+    """Time one PQN update of the preset and its parts against their floors; see the module docstring."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from labcore.agents.dqn import host_loop
+    from labcore.agents.dqn.config import DQNConfig
+    from labcore.agents.dqn.core import Transition
+    from labcore.agents.pqn import core as pqn
+    from labcore.envs.ale_jax import AtariJaxEnv
+    from labcore.tools.benchmarking import time_call, write_results
+
+    config = getattr(pqn.PQNConfig, args.preset)(args.env)
+    agent = pqn.make_pqn(config)
+    runner = agent.init(jax.random.key(0))
+    steps = config.batch_size  # agent steps per update
+    repeats = args.repeats
+    rows = []
+
+    def row(name, seconds, per_update, note):
+        rows.append({"part": name, "seconds (median)": round(seconds, 4), "per update (s)": round(per_update, 3),
+                     "ms per agent step": round(1000 * per_update / steps, 3), "what": note})
+
+    # the whole update, as training runs it (its chunk: num updates in one compiled run)
+    run2 = jax.jit(lambda r: agent.run(r, 2)[0])
+    full = time_call(run2, runner, warmup=1, repeats=repeats).median_s / 2
+    row("PQN update", full, full, "rollout of 128 envs x 32 steps, targets, 2 epochs x 32 minibatch steps")
+    # its two halves
+    collect = jax.jit(lambda r: agent.collect(r, jnp.float32(0.01)))
+    rollout_s = time_call(collect, runner, warmup=1, repeats=repeats).median_s
+    row("rollout", rollout_s, rollout_s, "32 steps of the 128 games, the Q-network acting at each")
+    frames = jnp.asarray(np.random.default_rng(0).integers(0, 256, (steps, 4, 84, 84)), jnp.uint8)
+    data = (frames, jnp.zeros(steps, jnp.int32), jnp.zeros(steps, jnp.float32))
+    learn = jax.jit(agent.learn)
+    learn_s = time_call(learn, runner.params, runner.opt_state, data, jax.random.key(1), warmup=1, repeats=repeats).median_s
+    row("learning", learn_s, learn_s, "2 epochs x 32 minibatch steps of 128 frames (random frames)")
+    # floors: the games alone (random actions, the same stepping), the acting network alone
+    games = AtariJaxEnv(pqn.atari_settings(config), config.env_stepping)
+
+    def random_play(state, key):
+        def body(state, key):
+            actions = jax.random.randint(key, (config.num_envs,), 0, games.num_actions)
+            _, state, step = games.step(None, state, actions)
+            return state, step.score.sum()
+        return jax.lax.scan(body, state, jax.random.split(key, config.num_steps))
+
+    _, state = games.reset(jax.random.key(2))
+    play = jax.jit(random_play)
+    env_s = time_call(play, state, jax.random.key(3), warmup=1, repeats=repeats).median_s
+    row("floor: the games", env_s, env_s, f"ALE's vector env, random actions, 32 steps of 128 games ({games.stepping})")
+    forward = jax.jit(lambda p, o: jax.lax.scan(lambda c, x: (c + agent.network.apply(p, None, x).max(), None), 0.0, o)[0])
+    act_s = time_call(forward, runner.params, frames.reshape(config.num_steps, config.num_envs, *frames.shape[1:]),
+                      warmup=1, repeats=repeats).median_s
+    row("floor: acting", act_s, act_s, "32 forwards of the Q-network on 128 frames")
+    row("floors: games + acting + learning", env_s + act_s + learn_s, env_s + act_s + learn_s, "the sum of the three")
+    # DQN's network cost per agent step (one batch-32 update every 4 agent steps, a forward on 1 frame each step)
+    dqn_config = DQNConfig.atari_short(args.env)
+    dqn_agent = host_loop.make_agent(dqn_config)
+    train_state = dqn_agent.init(jax.random.key(4))
+    batch = Transition(obs=frames[:32], action=jnp.zeros(32, jnp.int32), reward=jnp.zeros(32),
+                                     next_obs=frames[32:64], terminated=jnp.zeros(32, bool))
+    dqn_update = jax.jit(dqn_agent.learn)
+    update_s = time_call(dqn_update, train_state, batch, warmup=1, repeats=repeats).median_s
+    act1 = jax.jit(lambda p, o: dqn_agent.act(p, o, 0.01, jax.random.key(0)))
+    act1_s = time_call(act1, train_state.params, frames[:1], warmup=1, repeats=repeats).median_s
+    dqn_per_step = update_s / dqn_config.train_frequency + act1_s
+    rows.append({"part": "DQN (atari_short)", "seconds (median)": round(update_s, 4), "per update (s)": None,
+                 "ms per agent step": round(1000 * dqn_per_step, 3),
+                 "what": f"one update on 32 frames every {dqn_config.train_frequency} agent steps, a forward on 1 frame each step"})
+    extra = {"preset": args.preset, "env_id": args.env, "agent_steps_per_update": steps,
+             "pqn_agent_steps_per_s": round(steps / full, 1), "env_floor_agent_steps_per_s": round(steps / env_s, 1)}
+    write_results("atari_speed", rows, extra=extra)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -80,10 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--env-stepping", default=None, choices=("xla", "callback"))
     run.add_argument("--max-minutes", type=float, default=None,
                      help="stop after about this many minutes (after a checkpoint); the same command goes on")
+    measure = commands.add_parser("speed", help="one update of the preset and its parts against their floors")
+    measure.add_argument("--preset", default="atari", choices=("atari", "atari_dopamine"))
+    measure.add_argument("--env", default="ALE/Breakout-v5")
+    measure.add_argument("--repeats", type=int, default=3)
+    record = commands.add_parser("curve", help="the recorded curve the results page and lesson 12 read")
+    record.add_argument("--runs", type=Path, required=True)
+    record.add_argument("--preset", default="atari", choices=("atari", "atari_dopamine"))
+    record.add_argument("--speed", type=Path, default=None, help="benchmarks/results/atari_speed.json to fold in")
+    record.add_argument("--machine", default=None, help="the machine's name in words (default: its processor)")
+    record.add_argument("--date", default=None)
+    record.add_argument("--out", type=Path, default=RECORDED)
     args = parser.parse_args(argv)
-    if args.command == "train":
-        return train(args)
-    return 2
+    return {"train": train, "speed": speed, "curve": curve}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ class PQN(NamedTuple):
     evaluate: Callable[[Any, jax.Array], Any]  # (params, key) -> [eval_episodes] returns (Atari: played on the host, not jittable)
     collect: Callable[[RunnerState, jax.Array], tuple[RunnerState, Transition]]  # (runner, epsilon) -> rollout [T, E]
     targets: Callable[[Any, Transition, jax.Array], jax.Array]  # (params, rollout, obs after it) -> [T, E]
+    learn: Callable[..., Any] = None  # (params, opt_state, (obs, actions, targets) [N, ...], key) -> (params, opt_state, stats)
     batch: Any = None  # the num_envs envs stepped together (labcore.envs.batched)
 
 
@@ -225,6 +226,14 @@ def make_pqn(
         (params, opt_state), stats = jax.lax.scan(minibatch_step, (params, opt_state), minibatches)
         return (params, opt_state, data), stats
 
+    def learn(params: Any, opt_state: Any, data: tuple[jax.Array, ...], key: jax.Array):
+        """``update_epochs`` epochs of ``num_minibatches`` minibatch steps on data = (obs [N, ...],
+        actions [N], targets [N]), N = batch_size, each epoch in an order drawn from its own key.
+        Returns (params, opt_state, (loss, q_mean, grad_norm)), the stats [epochs, minibatches]."""
+        (params, opt_state, _), stats = jax.lax.scan(
+            epoch, (params, opt_state, data), jax.random.split(key, config.update_epochs))
+        return params, opt_state, stats
+
     def update(runner: RunnerState, _) -> tuple[RunnerState, dict[str, jax.Array]]:
         timesteps = runner.update_step * config.batch_size
         epsilon = epsilon_at(timesteps, config)
@@ -233,9 +242,7 @@ def make_pqn(
         flat = lambda leaf: leaf.reshape(config.batch_size, *leaf.shape[2:])  # noqa: E731
         data = (flat(rollout.obs), flat(rollout.action), flat(targets))
         key, epochs_key = jax.random.split(runner.key)
-        (params, opt_state, _), (loss, q_mean, grad_norm) = jax.lax.scan(
-            epoch, (runner.params, runner.opt_state, data), jax.random.split(epochs_key, config.update_epochs)
-        )
+        params, opt_state, (loss, q_mean, grad_norm) = learn(runner.params, runner.opt_state, data, epochs_key)
         runner = runner.replace(params=params, opt_state=opt_state, key=key, update_step=runner.update_step + 1)
         episodes = jnp.sum(rollout.episode_done)
         return_sum = jnp.sum(jnp.where(rollout.episode_done, rollout.episode_return, 0.0))
@@ -273,7 +280,7 @@ def make_pqn(
     if atari:
         evaluate = _atari_evaluation(config, network)
 
-    return PQN(config, network, env, env_params, init, run, train, evaluate, collect, targets_of, batch)
+    return PQN(config, network, env, env_params, init, run, train, evaluate, collect, targets_of, learn, batch)
 
 
 def atari_settings(config: PQNConfig, num_envs: int | None = None):
