@@ -13,7 +13,8 @@
 #   make docs-check    open every page of the built site in headless Chromium (CI runs it)
 #   make bench-device  time every lesson at its full budget on this machine's device, then run every
 #                      benchmark; fills the device's column of the lesson-times table. BUDGET=540 runs
-#                      only what fits in 540 s (the same command again goes on); PART=1/3 a third of it
+#                      only what fits in 540 s (the same command again goes on); PART=1/3 a third of it;
+#                      PART=atari PQN on Breakout for 40M frames instead, a BUDGET slice a call
 #   make gpu-compiler  JAX's CUDA plugin of .venv's jaxlib in .venv/gpu-compiler, to compile programs for
 #                      a GPU without one (benchmarks/gpu_kernels.py); `make test` installs it on Linux
 
@@ -167,8 +168,19 @@ colab-sync: $(PACKAGE_STAMP)
 BUDGET ?=
 PART ?=
 BENCH_ARGS ?=
+#
+# PART=atari instead: PQN's Atari preset on Breakout for ATARI_FRAMES frames (40M), one run folder
+# in ATARI_RUNS that each call goes on with (benchmarks/atari.py train), so that a machine lent for
+# ten minutes at a time finishes it a BUDGET-second slice a call; the folder holds its checkpoints
+# (carry it from one machine to the next).
+ATARI_RUNS ?= runs/atari
+ATARI_FRAMES ?= 40000000
 bench-device: $(PACKAGE_STAMP)
+ifeq ($(PART),atari)
+	$(BIN)/python benchmarks/atari.py train --runs $(ATARI_RUNS) --frames $(ATARI_FRAMES) $(if $(BUDGET),--max-seconds $(BUDGET)) $(BENCH_ARGS)
+else
 	$(BIN)/python benchmarks/lesson_times.py --benchmarks $(if $(BUDGET),--budget-s $(BUDGET)) $(if $(PART),--part $(PART)) $(BENCH_ARGS)
+endif
 
 # The site: lessons/ from the recorded runs (docs/tooling/lessons.py), then Sphinx with warnings as
 # errors. FULL=1 renders full-budget outputs (a release build); only changed notebooks run again.

@@ -10,7 +10,8 @@ as ``python -m labcore train pqn --preset atari``) into ``RUNS/<preset>-<game>-s
 after another, with a checkpoint and an evaluation (32 whole games at epsilon 0.001) every
 ``--eval-every`` updates (61 updates of 4,096 agent steps: about 1M frames). Run it again after an
 interruption and each run goes on from its newest checkpoint (a finished run is skipped), so it can
-run in slices, e.g. ``--max-minutes 9`` on a machine lent for ten minutes at a time. Keep the run
+run in slices, e.g. ``--max-seconds 540`` on a machine lent for ten minutes at a time (``make
+bench-device PART=atari BUDGET=540``: 40M frames on a GPU, a slice a call). Keep the run
 folders outside the repository: they hold checkpoints.
 
 ``speed`` times, on this machine with nothing else running, one PQN update of the preset (128 envs
@@ -51,6 +52,10 @@ def train(args: argparse.Namespace) -> int:
     overrides = {} if args.frames is None else {"total_steps": args.frames // FRAMES_PER_STEP}
     if args.env_stepping:
         overrides["env_stepping"] = args.env_stepping
+    for setting in args.set or ():
+        field, _, value = setting.partition("=")
+        overrides[field] = json.loads(value)
+    began = time.time()
     for seed in args.seeds:
         config = getattr(pqn.Config, args.preset)(args.env, seed=seed, **overrides)
         folder = run_folder(args.runs, args.preset, args.env, seed)
@@ -58,8 +63,7 @@ def train(args: argparse.Namespace) -> int:
             print(f"{folder}: finished", flush=True)
             continue
         resume = (folder / "checkpoints").exists() and any((folder / "checkpoints").iterdir())
-        started = time.time()
-        deadline = None if args.max_minutes is None else started + 60 * args.max_minutes
+        deadline = None if args.max_seconds is None else began + args.max_seconds
 
         def show(row, folder=folder):
             if int(row["update"]) % 10 == 0:
@@ -71,7 +75,8 @@ def train(args: argparse.Namespace) -> int:
                            resume=resume, progress=False, on_metrics=show, stop_after_s=None if deadline is None
                            else max(0.0, deadline - time.time()))
         print(f"{folder}: {json.dumps(result.summary)}", flush=True)
-        if deadline is not None and time.time() >= deadline:
+        if "stopped_at_update" in result.summary or (deadline is not None and time.time() >= deadline):
+            print(f"stopped at the budget of {args.max_seconds:.0f} s: the same command goes on", flush=True)
             return 0
     return 0
 
@@ -239,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--frames", type=int, default=None, help="frames per run (default: the preset's 10M)")
     run.add_argument("--eval-every", type=int, default=61, help="updates between checkpoints and evaluations")
     run.add_argument("--env-stepping", default=None, choices=("xla", "callback"))
-    run.add_argument("--max-minutes", type=float, default=None,
-                     help="stop after about this many minutes (after a checkpoint); the same command goes on")
+    run.add_argument("--set", nargs="+", metavar="FIELD=VALUE",
+                     help="other PQNConfig fields, values as JSON (e.g. num_envs=8 eval_episodes=4)")
+    run.add_argument("--max-seconds", type=float, default=None,
+                     help="stop at the last checkpoint that fits in about this many seconds; the same command goes on")
     measure = commands.add_parser("speed", help="one update of the preset and its parts against their floors")
     measure.add_argument("--preset", default="atari", choices=("atari", "atari_dopamine"))
     measure.add_argument("--env", default="ALE/Breakout-v5")

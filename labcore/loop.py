@@ -236,9 +236,10 @@ def train(
     their own at that update, prefixed ``eval_`` as in the summary (metrics.jsonl and TensorBoard;
     metrics.csv keeps the training columns), before that chunk's checkpoint, so a resumed run
     evaluates again what its checkpoint did not hold.
-    stop_after_s: stop at the first checkpoint written after this many seconds, as if interrupted
-    there (no evaluation, summary.json or plot; ``resume=True`` goes on): a long run in slices on a
-    machine lent for a while at a time. The result's summary is ``{"stopped_at_update": n}``.
+    stop_after_s: stop at a checkpoint, as if interrupted there, when one more chunk (timed as the
+    last one took, its evaluation included) would end past this many seconds from the call: a long
+    run in slices on a machine lent for a while at a time (``resume=True`` goes on). A stopped run
+    writes no evaluation, summary.json or plot; the result's summary is ``{"stopped_at_update": n}``.
 
     seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one
     ``jax.vmap``; seed i ends where a run of ``config.seed + i`` alone ends, to float rounding
@@ -302,6 +303,7 @@ def train(
     compile_s = run_s = 0.0
     checked: dict[str, Any] = {}
     done = first_update  # counted here: reading it from a state of several seeds would copy every leaf
+    chunk_began = time.perf_counter()
     for chunk in chunks(program, state, sizes, seeds=seeds):
         state, compile_s, run_s = chunk.state, compile_s + chunk.compile_s, run_s + chunk.run_s
         before, done = done, done + chunk.updates
@@ -314,10 +316,12 @@ def train(
             log_evaluation(run, program, state, config.seed, seeds, done)
         if run.checkpoints is not None and ((done - first_update) % every == 0 or done == program.num_updates):
             save_checkpoint(run.checkpoints, program.config, state, done, written_with, program.algorithm)
-            if stop_after_s is not None and done < program.num_updates and time.perf_counter() - started > stop_after_s:
+            now = time.perf_counter()
+            if stop_after_s is not None and done < program.num_updates and now + (now - chunk_began) - started > stop_after_s:
                 bar.close()
                 run.finish()
                 return RunResult.of_run(config, state, run, {"stopped_at_update": done})
+        chunk_began = time.perf_counter()
     bar.close()
 
     rows = run.history()
