@@ -22,7 +22,7 @@ from flax import nnx
 from labcore.course import exercises
 from labcore.course.exercises import nb02_flax_nnx
 
-NAMES = ["torch_to_nnx", "nnx_dqn_fit", "nnx_scan_fit", "noisy_linear_nnx"]
+NAMES = ["torch_to_nnx", "nnx_dqn_train_step", "nnx_scan_fit", "noisy_linear_nnx"]
 
 
 def failure(name: str, answer, capsys, seed: int = 0) -> str:

@@ -237,6 +237,29 @@ def test_the_learner_takes_every_rollout_that_is_back_oldest_first():
     assert actor_learner.every_ready(["c0"], newest_first) == [] and actor_learner.every_ready([], newest_first) == []
 
 
+def test_ape_x_gives_each_actor_the_papers_rate():
+    """Horgan et al. (2018), section 4.1: 0.4 ** (1 + 7 i / (N - 1)), 0.4 for the first actor and 0.4 ** 8 for
+    the last, falling in between; a lone actor explores at 0.4 (the formula would divide by zero)."""
+    rates = [actor_learner.ape_x_epsilon(i, 8) for i in range(8)]
+    np.testing.assert_allclose([rates[0], rates[-1]], [0.4, 0.4**8])
+    np.testing.assert_allclose(rates[3], 0.4 ** (1 + 7 * 3 / 7))
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    assert actor_learner.ape_x_epsilon(0, 1) == 0.4
+
+
+@pytest.mark.end_to_end
+def test_ape_x_exploration_reaches_each_actor(cluster):
+    """exploration='ape_x': every request to actor i carries actor i's own constant rate, however far
+    the run has gone (the linear schedule would give both actors the same, falling rate)."""
+    seen = []
+    result = actor_learner.run(config(total_steps=4_000, learning_starts=500), num_actors=2, exploration="ape_x",
+                               log_every=50, address=cluster, evaluate=False, timeout_s=600,
+                               on_log=lambda row, actors: seen.append([actor["epsilon"] for actor in actors]))
+    assert result.summary["timesteps"] >= 4_000 and len(seen) >= 2
+    for epsilons in seen:
+        np.testing.assert_allclose(epsilons, [0.4, 0.4**8])
+
+
 def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
     def kill_actor_1(row, actors):
         if actors[1]["pid"]:
@@ -321,6 +344,8 @@ def test_bad_settings_and_addresses_fail_before_any_actor_starts(cluster):
         actor_learner.run(config(), cpus_per_actor=0, address=cluster)
     with pytest.raises(ValueError, match="checkpoint_every needs a run_dir"):
         actor_learner.run(config(), checkpoint_every=100, address=cluster)
+    with pytest.raises(ValueError, match=r"exploration must be one of \('linear', 'ape_x'\), got 'greedy'"):
+        actor_learner.run(config(), exploration="greedy", address=cluster)
     with pytest.raises(ValueError, match=r"address: this process is connected to the Ray cluster at .*127.0.0.1:1"):
         actor_learner.run(config(), address="127.0.0.1:1")  # another cluster than the one this process joined
     command = [sys.executable, "-m", "labcore", "train", "dqn-actor-learner", "--address", "127.0.0.1:1"]

@@ -209,6 +209,8 @@ ALGORITHMS: tuple[Algorithm, ...] = (
                                                      "is killed and restarted (its first after a start: at least "
                                                      "three times the slowest first one measured)"),
             Setting("timeout_s", float, None, "seconds for the whole run (default: no limit)"),
+            Setting("exploration", str, "linear", "the actors' epsilon: 'linear' (the config's schedule, one rate for "
+                                                  "all) or 'ape_x' (a constant rate per actor, 0.4 ** (1 + 7 i / (N - 1)))"),
         ),
         refuses={"seeds": ONE_RUN, "on_metrics": HOST_ROWS}, eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"},
         train_function="_train_dqn_actor_learner", evaluate_function="_evaluate_dqn_scan"),

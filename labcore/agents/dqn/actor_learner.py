@@ -6,7 +6,9 @@
 * **Actors** are Ray actors (``RolloutActor``), one process each, placed on the cluster's nodes
   (spread over them). Each steps ``envs_per_actor`` gymnax envs with a jitted epsilon-greedy
   rollout of ``rollout_steps`` steps and returns the transitions, tagged with the parameter
-  version it acted with and the node it ran on.
+  version it acted with and the node it ran on. ``exploration`` sets their epsilon: "linear", one
+  rate for every actor, the config's schedule over the transitions received; or "ape_x", Ape-X's
+  constant rate of its own for each actor (``ape_x_epsilon``: actor 0 explores most, the last least).
 * **Parameters** travel through Ray's object store: every ``broadcast_every`` updates the learner
   puts one copy there (``ray.put``), and each rollout it asks for carries a reference to the newest
   copy; an actor on another node fetches it from there once.
@@ -173,6 +175,7 @@ def run(
     stall_timeout_s: float = 120.0,
     actor_deadline_s: float | None = 60.0,
     timeout_s: float | None = None,
+    exploration: str = "linear",
 ) -> loop.RunResult:
     """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring.
 
@@ -180,7 +183,8 @@ def run(
     end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
     checkpoint_every count updates, learner updates (log_every's default: ``loop.default_log_every``
     of the run's ``total_updates(config)``, about 100 rows). on_log(row, actors) is called after
-    each metrics row with the actors' table (rank, node_id, pid, restarts, transitions). evaluate:
+    each metrics row with the actors' table (rank, node_id, pid, restarts, transitions, epsilon: the
+    rate its newest request asks for). evaluate:
     end with the greedy evaluation of the final parameters (eval_returns, eval_return_mean in the
     summary). timeout_s: a limit on the whole run (None: none); stall_timeout_s: the longest wait
     for any rollout; actor_deadline_s: the longest an actor may go without delivering a rollout (from
@@ -191,6 +195,8 @@ def run(
                     broadcast_every=broadcast_every, log_every=log_every, checkpoint_every=checkpoint_every)
     if max_restarts < 0:
         raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+    if exploration not in EXPLORATIONS:
+        raise ValueError(f"exploration must be one of {EXPLORATIONS}, got {exploration!r}")
     if cpus_per_actor <= 0:
         raise ValueError(f"cpus_per_actor must be > 0, got {cpus_per_actor}")
     if checkpoint_every is not None and run_dir is None:
@@ -215,12 +221,24 @@ def run(
         try:
             return _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
                           max_restarts, cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s,
-                          timeout_s, actor_deadline_s, evaluate)
+                          timeout_s, actor_deadline_s, evaluate, exploration)
         finally:
             host.close()
     finally:
         if started_ray and ray.is_initialized():
             ray.shutdown()
+
+
+EXPLORATIONS = ("linear", "ape_x")
+
+
+def ape_x_epsilon(actor_index: int, num_actors: int, base: float = 0.4, alpha: float = 7.0) -> float:
+    """Ape-X's exploration rate of actor ``actor_index`` of ``num_actors``: base ** (1 + alpha * i / (N - 1))
+    (Horgan et al. 2018, section 4.1: base 0.4, alpha 7), from 0.4 for actor 0 down to 0.4 ** 8 for the
+    last; a lone actor explores at ``base``."""
+    if num_actors == 1:
+        return base
+    return base ** (1.0 + alpha * actor_index / (num_actors - 1))
 
 
 def total_updates(config: dqn.DQNConfig) -> int:
@@ -244,7 +262,7 @@ def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
 
 def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
            cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s,
-           actor_deadline_s=None, evaluate=True) -> loop.RunResult:
+           actor_deadline_s=None, evaluate=True, exploration="linear") -> loop.RunResult:
     import jax
     import ray
     from ray.exceptions import ActorDiedError, RayActorError
@@ -277,7 +295,7 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
     handles = [remote.remote(fields, rank, envs_per_actor, rollout_steps) for rank in range(num_actors)]
     earlier_restarts = before.restarts + [0] * max(0, num_actors - len(before.restarts))  # a resume may add actors
     actors = [{"rank": rank, "node_id": None, "pid": None, "restarts": earlier_restarts[rank], "silent_restarts": 0,
-               "transitions": 0} for rank in range(num_actors)]
+               "transitions": 0, "epsilon": None} for rank in range(num_actors)]
     # Every node alive now has a column from the first row on (a CSV's columns are fixed by its first row).
     by_node = {node["node_id"]: 0 for node in ray_cluster.nodes() if node["alive"]} | dict(before.by_node)
     per_call = envs_per_actor * rollout_steps
@@ -293,7 +311,9 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
     def ask(rank: int) -> None:
         """Queue rollouts for ``rank`` up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
         while len(asked_of(rank)) < ROLLOUTS_QUEUED_PER_ACTOR:
-            epsilon = float(dqn.linear_epsilon(received, config))
+            epsilon = (ape_x_epsilon(rank, num_actors) if exploration == "ape_x"
+                       else float(dqn.linear_epsilon(received, config)))
+            actors[rank]["epsilon"] = epsilon  # the rate of its newest request
             in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = rank
 
     def gone(rank: int, error: Exception) -> RuntimeError:

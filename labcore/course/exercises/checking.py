@@ -46,6 +46,9 @@ class Exercise:
     # what the answer does wrong. ``reference`` and ``make_inputs`` remain one right answer and its
     # inputs. A classic mistake is named when the judge finds the same fault in it, word for word.
     judge: Callable[[Callable[..., Any], np.random.Generator], str | None] | None = None
+    # Inputs every check tries first, whatever its seed (a boundary an off-by-one mistake falls on):
+    # ``edge_inputs(rng)`` returns a list of argument tuples, run before the ``trials`` random ones.
+    edge_inputs: Callable[[np.random.Generator], list[tuple]] | None = None
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -112,9 +115,10 @@ def _describe_inputs(args: tuple) -> str:
     return ", ".join(_describe_value(a) for a in args)
 
 
-def first_mismatch(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str | None:
+def first_mismatch(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6, equal_nan: bool = False) -> str | None:
     """None if ``got`` matches ``expected`` (same pytree structure, shapes, values within
-    tolerance), else a sentence describing the first difference."""
+    tolerance), else a sentence describing the first difference. equal_nan: a NaN matches a NaN (a wrong
+    answer compared with a classic mistake that is wrong the same way)."""
     import jax.tree_util as jtu
 
     expected_paths, expected_def = jtu.tree_flatten_with_path(expected)
@@ -128,7 +132,7 @@ def first_mismatch(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e
             return f"{where} has shape {have.shape}, but the reference's has shape {want.shape}"
         if have.dtype.kind != want.dtype.kind and not (have.dtype.kind in "fc" and want.dtype.kind in "fc"):
             return f"{where} has dtype {have.dtype}, but the reference's is {want.dtype}"
-        close = np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=False)
+        close = np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=equal_nan)
         if not np.all(close):
             index = tuple(int(i) for i in np.argwhere(~close)[0])
             at = f"{where}[{', '.join(map(str, index))}]" if index else where
@@ -137,7 +141,14 @@ def first_mismatch(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e
     return None
 
 
+class AnswerProblem(ValueError):
+    """Raised by an exercise's own wrapper around an answer (``run_with``) to say in words what is wrong
+    with what the answer returned; ``check`` prints the message alone."""
+
+
 def _explain_exception(err: BaseException) -> str:
+    if isinstance(err, AnswerProblem):
+        return str(err)
     last = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
     where = f" (line {last.lineno}: {last.line})" if last and last.line else ""
     message = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -186,8 +197,10 @@ def _run_trials(name: str, exercise: Exercise, learner_fn: Callable[..., Any], r
 
     if exercise.judge is not None:
         return _run_judged_trials(name, exercise, learner_fn, rng, seed, n_trials, report)
+    edges = [] if exercise.edge_inputs is None else list(exercise.edge_inputs(rng))
+    n_trials += len(edges)
     for trial in range(n_trials):
-        args = exercise.make_inputs(rng)
+        args = edges[trial] if trial < len(edges) else exercise.make_inputs(rng)
         expected = exercise.reference(*args)
         for how, fn in _ways_to_run(exercise, learner_fn):
             got = None
@@ -292,7 +305,7 @@ def _matching_mistake(exercise: Exercise, args: tuple, got: Any) -> str | None:
             theirs = jax.block_until_ready(prepared(*args))
         except Exception:  # noqa: BLE001 - a mistake that cannot even run says nothing here
             continue
-        if first_mismatch(got, theirs, exercise.rtol, exercise.atol) is None:
+        if first_mismatch(got, theirs, exercise.rtol, exercise.atol, equal_nan=True) is None:
             return label
     return None
 

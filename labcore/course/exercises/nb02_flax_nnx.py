@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from labcore.course.exercises import nnx_dqn_checks as dqn_fit
+from labcore.course.exercises import nnx_dqn_checks as dqn_step
 from labcore.course.exercises.checking import Exercise
 from labcore.course.exercises.noisy_layer_checks import (
     built_and_checked,
@@ -331,33 +331,27 @@ def catalogue() -> list[Exercise]:
             ),
         ),
         Exercise(
-            name="nnx_dqn_fit",
-            description="A DQN Q-network in NNX, trained: (state_dict of a PyTorch nn.Sequential(Linear, ReLU, Linear, "
-            "ReLU, Linear), obs [B, D], actions [B], targets [B], learning_rate, steps) -> (losses [steps], Q-values "
-            "[B, A] after the last step).\n"
-            "Write an nnx.Module with three nnx.Linear layers (ReLU between them), copy the checkpoint in (each "
-            "weight transposed into its kernel, each bias as it is), make nnx.Optimizer(model, optax.adam("
-            "learning_rate), wrt=nnx.Param) once, and run `steps` train steps on the same batch: loss, grads = "
-            "nnx.value_and_grad(loss_fn)(model), then optimizer.update(model, grads). The loss is DQN's: "
-            "labcore.losses.huber_loss(Q(s, a) - target) averaged over the batch, Q(s, a) the Q-value of the "
-            "action taken. losses[t] is the loss the step t computed (before its update).",
-            reference=dqn_fit.q_network_reference,
-            make_inputs=dqn_fit.q_network_inputs,
+            name="nnx_dqn_train_step",
+            description="DQN's update, the NNX way: (model, target_model, optimizer, batch, gamma) -> the loss, "
+            "computed before the step; model (an online QNetwork) and optimizer (nnx.Optimizer(model, optax.adam, "
+            "wrt=nnx.Param)) change in place. batch = (obs [B, D], actions [B], rewards [B], next_obs [B, D], "
+            "terminated [B] bool).\n"
+            "The target is reward + gamma * (1 - terminated) * max_a' target_model(next_obs): from the TARGET "
+            "network, no bootstrap past a terminal state, the reward kept, and no gradient through it (compute "
+            "it outside the loss, or stop_gradient). The loss is DQN's: labcore.losses.huber_loss(Q(s, a) - "
+            "target) averaged over the batch, Q(s, a) the online network's Q-value of the action taken. Then "
+            "loss, grads = nnx.value_and_grad(loss_fn)(model) and optimizer.update(model, grads). The checker "
+            "builds both networks from a PyTorch checkpoint, runs your step a few times (copying the online "
+            "network into the target every few steps, as DQN does) and compares the losses and both networks' "
+            "Q-values with labcore's own DQN update given the same weights.",
+            reference=dqn_step.reference,
+            make_inputs=dqn_step.inputs,
+            run_with=dqn_step.run_steps,
             trials=3,
             rtol=1e-4,
             atol=1e-5,
-            solution=dqn_fit.nnx_dqn_fit,
-            mistakes=(
-                ("the biases were not copied: the network starts from the checkpoint's kernels and NNX's zero biases",
-                 dqn_fit.fit_without_biases),
-                ("the loss fits max_a Q(s, a), not the Q-value of the action taken", dqn_fit.fit_greedy_action),
-                ("half the squared error instead of DQN's Huber loss (whose gradient is the error clipped to [-1, 1])",
-                 dqn_fit.fit_squared_error),
-                ("the gradients are computed but optimizer.update is never called: nothing trains",
-                 dqn_fit.fit_never_stepping),
-                ("a new nnx.Optimizer every step: Adam's moments and step count start again",
-                 dqn_fit.fit_optimizer_restarted),
-            ),
+            solution=dqn_step.nnx_dqn_train_step,
+            mistakes=dqn_step.MISTAKES,
             core=True,
         ),
         Exercise(

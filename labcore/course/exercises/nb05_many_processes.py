@@ -1,8 +1,10 @@
-"""Notebook 05 (many processes): the bookkeeping of a multi-process run: per-device keys, the rows each
-process feeds, a gradient mean over unequal shards, and the actor-learner's learner (its core exercise).
+"""Notebook 05 (many processes): the bookkeeping of a multi-process run (per-device keys, the rows each
+process feeds, a gradient mean over unequal shards, the actor-learner's learner), and its core exercise,
+the actors' own exploration: Ape-X's epsilon-greedy, one rate per actor (Horgan et al. 2018).
 """
 
 from __future__ import annotations
+
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +12,9 @@ import numpy as np
 
 from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import Exercise, jnp_f32
+from labcore.course.exercises.ape_x_checks import (
+    _ape_x_inputs, _ape_x_reference, ape_x_divides_by_n, ape_x_epsilon_greedy_solution, ape_x_lone_actor_divides_by_zero,
+    ape_x_one_coin, ape_x_one_rate, ape_x_reversed, ape_x_unnormalised, judge_ape_x)
 
 # ----------------------------------------------------------------------------------------------
 # A multi-process run's bookkeeping.
@@ -129,7 +134,7 @@ def weighted_gradient_mean_not_normalised(shard_means, counts):
 
 
 # ----------------------------------------------------------------------------------------------
-# The actor-learner's learner: updates owed, parameter versions, staleness (core)
+# The actor-learner's learner: updates owed, parameter versions, staleness
 
 
 def _learner_inputs(rng: np.random.Generator) -> tuple:
@@ -140,6 +145,18 @@ def _learner_inputs(rng: np.random.Generator) -> tuple:
     train_frequency = int(rng.choice([1, 2, 4, 8]))
     total_updates = int(rng.integers(10, 200))
     return arrivals, num_actors, rollout, learning_starts, train_frequency, int(rng.integers(1, 12)), total_updates
+
+
+def _learner_edge_inputs(rng: np.random.Generator) -> list[tuple]:
+    """Two schedules every check tries: learning_starts on a rollout's boundary (where `>=` and `>` part),
+    and inside a rollout; both with rollouts of a fractional number of updates, two or more (where a
+    floor per rollout loses the fractions, and differs from one update per rollout)."""
+    edges = []
+    for inside in (0, 5):
+        num_actors, rollout, train_frequency = 3, 8, 3  # 8 / 3 = 2.67 updates a rollout
+        arrivals = rng.integers(0, num_actors, 40).tolist()
+        edges.append((arrivals, num_actors, rollout, 3 * rollout + inside, train_frequency, int(rng.integers(2, 6)), 60))
+    return edges
 
 
 def _learner_reference(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
@@ -215,6 +232,42 @@ def learner_sends_unbroadcast_version(*args):
 
 def learner_uncapped(*args):
     return _learner_reference(*args, capped=False)
+
+
+def learner_starts_at_the_boundary(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
+                                   total_updates):
+    return _learner_schedule_variant(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
+                                     total_updates, at_boundary=True)
+
+
+def learner_floors_each_rollout(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
+                                total_updates):
+    return _learner_schedule_variant(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
+                                     total_updates, floor=True)
+
+
+def _learner_schedule_variant(arrivals, num_actors, rollout, learning_starts, train_frequency, broadcast_every,
+                              total_updates, *, at_boundary=False, floor=False):
+    queues = {rank: [0, 0] for rank in range(num_actors)}
+    received = updates = newest = 0
+    owed = 0.0
+    rows = []
+    for rank in arrivals:
+        acted_with = queues[rank].pop(0)
+        received += rollout
+        staleness = -1
+        if received >= learning_starts if at_boundary else received > learning_starts:
+            staleness = updates - acted_with
+            new = min(rollout, received - learning_starts)
+            owed += new // train_frequency if floor else new / train_frequency
+        while owed >= 1 and updates < total_updates:
+            updates, owed = updates + 1, owed - 1
+            if updates % broadcast_every == 0:
+                newest = updates
+        queues[rank].append(newest)
+        rows.append((updates, staleness, newest))
+    updates_after, staleness_of, sent = (np.array(column, np.int64) for column in zip(*rows))
+    return {"updates": updates_after, "staleness": staleness_of, "version_sent": sent}
 
 
 def catalogue() -> list[Exercise]:
@@ -296,6 +349,7 @@ def catalogue() -> list[Exercise]:
             "Record updates (after), the staleness and the version sent.",
             reference=_learner_reference,
             make_inputs=_learner_inputs,
+            edge_inputs=_learner_edge_inputs,
             rtol=0.0,
             atol=0.0,
             solution=learner_schedule_solution,
@@ -310,6 +364,36 @@ def catalogue() -> list[Exercise]:
                 ("the request carries the learner's current count: parameters that were never put in the object store",
                  learner_sends_unbroadcast_version),
                 ("no cap: updates run on past total_updates", learner_uncapped),
+                ("received >= learning_starts where it is >: the rollout that reaches learning_starts exactly "
+                 "counts as past the warm-up", learner_starts_at_the_boundary),
+                ("each rollout's owed updates floored to a whole number: the fractions left over are lost",
+                 learner_floors_each_rollout),
+            ),
+        ),
+        Exercise(
+            name="ape_x_epsilon_greedy",
+            description="Ape-X's actors, each exploring at its own rate: (q_values [E, A], actor_index, num_actors, "
+            "key) -> actions [E] int.\n"
+            "Actor i of N acts epsilon-greedily with epsilon_i = 0.4 ** (1 + 7 * i / (N - 1)) (Horgan et al. 2018, "
+            "section 4.1): actor 0 explores at 0.4, the last at 0.4 ** 8, the others between; a lone actor (N = 1) "
+            "at 0.4. Every row flips its own coin: with probability epsilon_i a uniformly random action (any of the "
+            "A, the greedy one included), else argmax over its Q-values. The checker judges what the actors do: the "
+            "first, the last, one between and a lone actor, on every call; each one's share of non-greedy actions "
+            "against its rate, a coin per row, and draws that follow the key (any way of splitting it passes).",
+            reference=_ape_x_reference,
+            make_inputs=_ape_x_inputs,
+            judge=judge_ape_x,
+            trials=2,
+            solution=ape_x_epsilon_greedy_solution,
+            mistakes=(
+                ("i / N in the exponent where Ape-X has i / (N - 1): the last actor explores too much", ape_x_divides_by_n),
+                ("i * alpha in the exponent, not divided by N - 1: every actor but the first almost never explores",
+                 ape_x_unnormalised),
+                ("one rate, 0.4, for every actor: Ape-X's spread of rates is gone", ape_x_one_rate),
+                ("the actors in reverse order: actor 0 the greediest, the last the most exploratory", ape_x_reversed),
+                ("a lone actor divides by N - 1 = 0: Ape-X's formula has no value there; it explores at 0.4",
+                 ape_x_lone_actor_divides_by_zero),
+                ("one coin for the whole batch: all rows explore together or none does", ape_x_one_coin),
             ),
             core=True,
         ),

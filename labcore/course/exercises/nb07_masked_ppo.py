@@ -18,27 +18,11 @@ import optax
 
 from labcore.course.exercises.checking import Exercise, jnp_f32
 from labcore.course.exercises.ppo_epoch_checks import epoch_in_order, epoch_judge
-
-# ----------------------------------------------------------------------------------------------
-# Inputs shared by the masked-policy exercises.
-
-
-def _legal_logits(rng: np.random.Generator, batch: int, actions: int, scale: float) -> tuple:
-    """logits [B, A] float64, mask [B, A] bool with at least one legal action per row, and one legal
-    action per row [B] int32."""
-    logits = rng.normal(scale=scale, size=(batch, actions))
-    mask = rng.random((batch, actions)) < rng.uniform(0.2, 0.9)
-    legal_choice = rng.integers(0, actions, batch)
-    mask[np.arange(batch), legal_choice] = True  # every row has a legal action...
-    return logits, mask, legal_choice.astype(np.int32)  # ...and this is one of them
-
-
-def _masked_log_probs_float64(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """log pi(a) over the legal actions, in float64 (-inf for illegal ones)."""
-    masked = np.where(mask, logits, -np.inf)
-    top = masked.max(axis=-1, keepdims=True)
-    return masked - top - np.log(np.sum(np.exp(masked - top), axis=-1, keepdims=True))
-
+from labcore.course.exercises.ppo_loss_checks import (
+    _clipped_loss_inputs, _legal_logits, _masked_log_probs_float64, _clipped_loss_labcore, _clipped_loss_reference, _loss_and_gradient,
+    ppo_clipped_loss_clip_only, ppo_clipped_loss_frozen_ratio, ppo_clipped_loss_frozen_term,
+    ppo_clipped_loss_inverted_ratio, ppo_clipped_loss_max, ppo_clipped_loss_normalises_advantages,
+    ppo_clipped_loss_objective, ppo_clipped_loss_solution, ppo_clipped_loss_summed, ppo_clipped_loss_unmasked)
 
 # ----------------------------------------------------------------------------------------------
 # 1. masked_log_prob_entropy
@@ -50,12 +34,28 @@ def _masked_policy_inputs(rng: np.random.Generator) -> tuple:
     return logits.astype(np.float32), mask, action
 
 
-def _masked_log_prob_entropy_reference(logits, mask, action):
+def _masked_log_prob_entropy_labcore(logits, mask, action):
     from labcore import losses
 
     log_probs = losses.masked_log_probs(logits, mask)
     chosen = jnp.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
     return chosen, losses.masked_entropy(logits, mask)
+
+
+def _with_gradient(fn):
+    """An answer's (log pi(action), entropy) and the gradient of their sums with respect to the logits: the
+    loss differentiates both, so a form whose value is right and whose gradient is NaN or zero is wrong."""
+
+    def run(logits, mask, action):
+        (log_prob, entropy), vjp = jax.vjp(lambda logits: fn(logits, mask, action), logits)
+        (grad,) = vjp((jnp.ones_like(log_prob), jnp.ones_like(entropy)))
+        return {"log pi(action)": log_prob, "entropy": entropy, "d (log pi + entropy) / d logits": grad}
+
+    return run
+
+
+def _masked_log_prob_entropy_reference(logits, mask, action):
+    return _with_gradient(_masked_log_prob_entropy_labcore)(logits, mask, action)
 
 
 def masked_log_prob_entropy_solution(logits, mask, action):
@@ -69,6 +69,17 @@ def masked_log_prob_entropy_unmasked_entropy(logits, mask, action):
     log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
     all_actions = jax.nn.log_softmax(logits, axis=-1)
     return log_probs[jnp.arange(logits.shape[0]), action], -jnp.sum(jnp.exp(all_actions) * all_actions, axis=-1)
+
+
+def masked_log_prob_entropy_minus_inf(logits, mask, action):
+    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
+    p_log_p = jnp.where(mask, jnp.exp(log_probs) * log_probs, 0.0)  # right values; the gradient through -inf is NaN
+    return log_probs[jnp.arange(logits.shape[0]), action], -p_log_p.sum(axis=-1)
+
+
+def masked_log_prob_entropy_no_entropy_gradient(logits, mask, action):
+    chosen, entropy = masked_log_prob_entropy_solution(logits, mask, action)
+    return chosen, jax.lax.stop_gradient(entropy)
 
 
 def masked_log_prob_entropy_unmasked_log_prob(logits, mask, action):
@@ -129,67 +140,22 @@ def gae_done_cuts_only_the_bootstrap(rewards, values, dones, last_value, gamma, 
     return jax.lax.scan(backwards, jnp.zeros_like(last_value), deltas, reverse=True)[1]
 
 
-# ----------------------------------------------------------------------------------------------
-# 3. ppo_clipped_loss: the masked clipped surrogate (core)
+def gae_cleanrl_next_done(rewards, values, dones, last_value, gamma, gae_lambda):
+    # CleanRL's loop: nextnonterminal = 1 - dones[t + 1], its dones marking the first step of an episode
+    not_next_done = 1.0 - jnp.concatenate([dones[1:], jnp.zeros_like(dones[:1])], axis=0).astype(jnp.float32)
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
+    deltas = rewards + gamma * next_values * not_next_done - values
+
+    def backwards(next_advantage, step):
+        delta, keep = step
+        advantage = delta + gamma * gae_lambda * keep * next_advantage
+        return advantage, advantage
+
+    return jax.lax.scan(backwards, jnp.zeros_like(last_value), (deltas, not_next_done), reverse=True)[1]
 
 
-def _clipped_loss_inputs(rng: np.random.Generator) -> tuple:
-    batch, actions = int(rng.integers(1, 100)), int(rng.integers(2, 10))
-    logits, mask, action = _legal_logits(rng, batch, actions, rng.uniform(0.5, 5.0))
-    log_probs = _masked_log_probs_float64(logits.astype(np.float32).astype(np.float64), mask)
-    # old log-probabilities near the current ones: ratios from 0.5 to 2, so that many are clipped
-    # on either side of 1 +- clip_eps
-    old_log_probs = log_probs[np.arange(batch), action] - rng.uniform(-0.7, 0.7, size=batch)
-    return (
-        logits.astype(np.float32),
-        mask,
-        action,
-        old_log_probs.astype(np.float32),
-        rng.normal(size=batch).astype(np.float32),
-        float(rng.uniform(0.05, 0.3)),
-    )
-
-
-def _clipped_loss_reference(logits, mask, actions, old_log_probs, advantages, clip_eps):
-    from labcore import losses
-
-    log_probs = losses.masked_log_probs(logits, mask)
-    new_log_probs = jnp.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
-    return losses.ppo_clipped_objective(new_log_probs - old_log_probs, advantages, clip_eps)
-
-
-def ppo_clipped_loss_solution(logits, mask, actions, old_log_probs, advantages, clip_eps):
-    masked = jnp.where(mask, logits, -1e9)  # illegal actions: probability exactly 0
-    log_probs = masked - jax.scipy.special.logsumexp(masked, axis=-1, keepdims=True)
-    new_log_probs = log_probs[jnp.arange(actions.shape[0]), actions]
-    ratio = jnp.exp(new_log_probs - old_log_probs)  # pi_new(a) / pi_old(a)
-    surrogate = ratio * advantages
-    clipped_surrogate = jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages
-    objective = jnp.minimum(surrogate, clipped_surrogate).mean()  # the pessimistic bound
-    return -objective  # a loss to minimise
-
-
-def ppo_clipped_loss_unmasked(logits, mask, actions, old_log_probs, advantages, clip_eps):
-    log_probs = jax.nn.log_softmax(logits, axis=-1)  # over all actions, illegal ones included
-    ratio = jnp.exp(log_probs[jnp.arange(actions.shape[0]), actions] - old_log_probs)
-    return -jnp.minimum(ratio * advantages, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages).mean()
-
-
-def ppo_clipped_loss_max(logits, mask, actions, old_log_probs, advantages, clip_eps):
-    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
-    ratio = jnp.exp(log_probs[jnp.arange(actions.shape[0]), actions] - old_log_probs)
-    return -jnp.maximum(ratio * advantages, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages).mean()
-
-
-def ppo_clipped_loss_clip_only(logits, mask, actions, old_log_probs, advantages, clip_eps):
-    log_probs = jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
-    ratio = jnp.exp(log_probs[jnp.arange(actions.shape[0]), actions] - old_log_probs)
-    return -(jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages).mean()
-
-
-def ppo_clipped_loss_normalises_advantages(logits, mask, actions, old_log_probs, advantages, clip_eps):
-    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    return ppo_clipped_loss_solution(logits, mask, actions, old_log_probs, advantages, clip_eps)
+def gae_returns(rewards, values, dones, last_value, gamma, gae_lambda):
+    return gae_solution(rewards, values, dones, last_value, gamma, gae_lambda) + values
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,7 +178,7 @@ def linear_actor_critic_loss(params, minibatch):
     # HIGHEST: float32 products on every backend (TPUs default to bfloat16 passes, recent GPUs to TF32)
     logits = jnp.dot(minibatch["obs"], params["policy"], precision=jax.lax.Precision.HIGHEST)
     values = jnp.dot(minibatch["obs"], params["value"], precision=jax.lax.Precision.HIGHEST)
-    policy_loss = _clipped_loss_reference(
+    policy_loss = _clipped_loss_labcore(
         logits, minibatch["mask"], minibatch["action"], minibatch["log_prob"], minibatch["advantage"], EPOCH_CLIP_EPS
     )
     value_loss = 0.5 * jnp.mean((values - minibatch["returns"]) ** 2)
@@ -322,6 +288,13 @@ def ppo_update_epoch_whole_batch_gradient(params, opt_state, batch, key, loss_fn
     return params, opt_state
 
 
+def ppo_update_epoch_state_not_carried(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
+    from labcore.course.exercises.ppo_epoch_checks import epoch_in_order_state_not_carried
+
+    order = jax.random.permutation(key, jax.tree_util.tree_leaves(batch)[0].shape[0])
+    return epoch_in_order_state_not_carried(params, opt_state, batch, order, loss_fn, optimizer, num_minibatches)
+
+
 def ppo_update_epoch_averaged_step(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
     batch_size = batch["obs"].shape[0]
     index_rows = jax.random.permutation(key, batch_size).reshape(num_minibatches, -1)
@@ -343,9 +316,11 @@ def catalogue() -> list[Exercise]:
             "logits [B, A], mask [B, A] bool, action [B] (always legal) -> ([B], [B]).\n"
             "Push illegal logits to a large negative number (jnp.where(mask, logits, -1e9)) rather than -inf, so "
             "no inf - inf NaN appears; take log_softmax of that; the entropy sums -p log p over LEGAL actions only "
-            "(jnp.where(mask, p * log_p, 0.0)), so its maximum is log(number of legal actions).",
+            "(jnp.where(mask, p * log_p, 0.0)), so its maximum is log(number of legal actions). Checked on the "
+            "values and on their gradient with respect to the logits (the loss trains through both).",
             reference=_masked_log_prob_entropy_reference,
             make_inputs=_masked_policy_inputs,
+            run_with=_with_gradient,
             jit=True,
             # Ten times the default: the entropy written as log Z - sum(p * logits), an equally right
             # formula, cancels in float32 for logits this large (scale up to 10) and differed from
@@ -356,6 +331,9 @@ def catalogue() -> list[Exercise]:
             mistakes=(
                 ("the entropy is taken over all actions, illegal ones included", masked_log_prob_entropy_unmasked_entropy),
                 ("log pi(action) is taken over all actions: the mask is ignored", masked_log_prob_entropy_unmasked_log_prob),
+                ("-inf for the illegal logits: the values are right, but the gradient through exp(-inf) * -inf is NaN",
+                 masked_log_prob_entropy_minus_inf),
+                ("the entropy under stop_gradient: its bonus would not move the policy", masked_log_prob_entropy_no_entropy_gradient),
             ),
         ),
         Exercise(
@@ -377,6 +355,9 @@ def catalogue() -> list[Exercise]:
                 ("dones are ignored: advantages run across episode ends", gae_ignoring_dones),
                 ("a done stops the bootstrap but not the recursion: (1 - done_t) must also multiply A_{t+1}",
                  gae_done_cuts_only_the_bootstrap),
+                ("CleanRL's convention, 1 - dones[t + 1]: its dones mark an episode's first step, labcore's dones[t] "
+                 "mark that the episode ended AT step t", gae_cleanrl_next_done),
+                ("the returns A + V, where the advantages A were asked for", gae_returns),
             ),
         ),
         Exercise(
@@ -388,9 +369,11 @@ def catalogue() -> list[Exercise]:
             "acted; ratio = exp(log pi_new - old_log_probs); loss = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) "
             "* A)). The min makes the objective pessimistic: a ratio moving in the advantage's direction stops "
             "earning past the clip, one moving against it is never clipped. Use the advantages as given (PPO "
-            "normalises them per minibatch before this loss, not inside it).",
+            "normalises them per minibatch before this loss, not inside it). Checked on the value and on its "
+            "gradient with respect to the logits.",
             reference=_clipped_loss_reference,
             make_inputs=_clipped_loss_inputs,
+            run_with=_loss_and_gradient,
             jit=True,
             solution=ppo_clipped_loss_solution,
             mistakes=(
@@ -399,6 +382,13 @@ def catalogue() -> list[Exercise]:
                 ("the clipped term alone, without the min against the unclipped one", ppo_clipped_loss_clip_only),
                 ("the advantages are normalised inside the loss; PPO does that per minibatch before it",
                  ppo_clipped_loss_normalises_advantages),
+                ("log pi_new under stop_gradient: the ratio's value is right, but its gradient is zero and nothing "
+                 "trains", ppo_clipped_loss_frozen_ratio),
+                ("stop_gradient on the unclipped term of the min: where it is the smaller, the loss has no gradient",
+                 ppo_clipped_loss_frozen_term),
+                ("the objective itself, not its negative: minimising it makes the policy worse", ppo_clipped_loss_objective),
+                ("the ratio inverted, pi_old / pi_new", ppo_clipped_loss_inverted_ratio),
+                ("a sum over the batch, not the mean: the step grows with the batch", ppo_clipped_loss_summed),
             ),
             core=True,
         ),
@@ -435,6 +425,8 @@ def catalogue() -> list[Exercise]:
                  ppo_update_epoch_whole_batch_gradient),
                 ("one step on the minibatches' averaged gradients, where PPO steps on each minibatch in turn",
                  ppo_update_epoch_averaged_step),
+                ("the optimizer state is not carried from step to step: every step starts from the one given",
+                 ppo_update_epoch_state_not_carried),
             ),
             core=True,
         ),

@@ -6,14 +6,16 @@ shows it), and the classic wrong answers that ``check`` recognises.
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from labcore.course.exercises.checking import Exercise
+from labcore.course.exercises.checking import AnswerProblem, Exercise
+from labcore.course.exercises.pqn_update_checks import (
+    _update_inputs, _update_reference, judge_pqn_update, pqn_update_greedy_action, pqn_update_in_stored_order,
+    pqn_update_incoming_state_every_step, pqn_update_one_epoch, pqn_update_optimizer_restarted,
+    pqn_update_same_shuffle_every_epoch, pqn_update_solution, pqn_update_whole_batch)
 
 # ----------------------------------------------------------------------------------------------
 # 1. q_lambda_targets
@@ -64,14 +66,16 @@ def q_lambda_ignores_episode_ends(rewards, terminated, truncated, next_max_q, ga
 
 
 def _q_lambda_with(rewards, terminated, truncated, next_max_q, gamma, lam, cut_at_ends=True, truncation_is_terminal=False,
-                   swap=False, next_step_bootstrap=False):
+                   swap=False, next_step_bootstrap=False, lambda_at_last_step=False):
     """The solution with one thing changed, for the mistakes below."""
     if truncation_is_terminal:
         terminated = terminated | truncated
     if next_step_bootstrap:  # each step bootstraps from the next step's next_max_q: max Q two steps on
         next_max_q = jnp.concatenate([next_max_q[1:], next_max_q[-1:]])
     ended = (terminated | truncated) if cut_at_ends else jnp.zeros_like(terminated)
-    continues = (1.0 - ended.astype(jnp.float32)).at[-1].set(0.0)
+    continues = 1.0 - ended.astype(jnp.float32)
+    if not lambda_at_last_step:
+        continues = continues.at[-1].set(0.0)
     not_terminal = 1.0 - terminated.astype(jnp.float32)
 
     def backwards(next_return, step):
@@ -83,6 +87,10 @@ def _q_lambda_with(rewards, terminated, truncated, next_max_q, gamma, lam, cut_a
     _, targets = jax.lax.scan(backwards, jnp.zeros_like(rewards[0]), (rewards, not_terminal, continues, next_max_q),
                               reverse=True)
     return targets
+
+
+def q_lambda_lambda_at_the_last_step(rewards, terminated, truncated, next_max_q, gamma, lam):
+    return _q_lambda_with(rewards, terminated, truncated, next_max_q, gamma, lam, lambda_at_last_step=True)
 
 
 def q_lambda_truncation_as_terminal(rewards, terminated, truncated, next_max_q, gamma, lam):
@@ -123,6 +131,18 @@ def lambda_return_weights_solution(lam, n):
     return np.array(weights)
 
 
+def _as_weight_array(fn):
+    """The answer's weights as a float64 array: a list or a tuple of numbers does as well as an array."""
+
+    def weights(lam, n):
+        out = np.asarray(fn(lam, n), np.float64)
+        if out.shape != (n,):
+            raise AnswerProblem(f"your weights have shape {out.shape}; there are n = {n} returns, one weight each: shape ({n},)")
+        return out
+
+    return weights
+
+
 def lambda_weights_no_remainder(lam, n):
     return (1 - lam) * lam ** np.arange(n)
 
@@ -151,13 +171,24 @@ def _td_loss(q_values, actions, targets):
 
 
 def _td_loss_reference(q_values, actions, targets):
-    """(loss, d loss / d q_values), as ``_value_and_gradient`` runs the learner's function."""
-    return jax.value_and_grad(_td_loss)(q_values, actions, targets)
+    """{"your loss", "d loss / d q_values"}, as ``_value_and_gradient`` runs the learner's function."""
+    loss, grad = jax.value_and_grad(_td_loss)(q_values, actions, targets)
+    return {"your loss": loss, "d loss / d q_values": grad}
 
 
 def _value_and_gradient(fn):
-    """The loss and its gradient with respect to q_values, under jax.jit."""
-    return jax.jit(lambda q_values, actions, targets: jax.value_and_grad(fn)(q_values, actions, targets))
+    """The loss and its gradient with respect to q_values, under jax.jit; a loss that is not a scalar is
+    refused in words (jax.grad's own error would quote this checker)."""
+
+    def run(q_values, actions, targets):
+        shape = jax.eval_shape(fn, q_values, actions, targets).shape
+        if shape != ():
+            raise AnswerProblem(f"your loss has shape {shape}; a loss is one number, shape (): average over the "
+                                "minibatch (and over nothing else)")
+        loss, grad = jax.jit(jax.value_and_grad(fn))(q_values, actions, targets)
+        return {"your loss": loss, "d loss / d q_values": grad}
+
+    return run
 
 
 def pqn_td_loss_solution(q_values, actions, targets):
@@ -178,130 +209,13 @@ def pqn_td_loss_summed(q_values, actions, targets):
     return 0.5 * jnp.sum((q_values[jnp.arange(q_values.shape[0]), actions] - targets) ** 2)
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. pqn_update: the epochs of minibatch steps on one rollout's fixed targets
+def pqn_td_loss_no_half(q_values, actions, targets):
+    return jnp.mean((q_values[jnp.arange(q_values.shape[0]), actions] - targets) ** 2)
 
 
-def layer_norm_q(params, obs):
-    """The Q-network the ``pqn_update`` exercise trains: obs [N, D] -> Q-values [N, A]; one hidden layer
-    with PQN's LayerNorm before its ReLU (params {"hidden": {"w": [D, H], "b": [H]}, "out": {"w": [H, A],
-    "b": [A]}}), float32 products on every backend."""
-    highest = jax.lax.Precision.HIGHEST
-    hidden = jnp.dot(obs, params["hidden"]["w"], precision=highest) + params["hidden"]["b"]
-    mean = jnp.mean(hidden, axis=-1, keepdims=True)
-    normed = (hidden - mean) / jnp.sqrt(jnp.var(hidden, axis=-1, keepdims=True) + 1e-5)
-    return jnp.dot(jax.nn.relu(normed), params["out"]["w"], precision=highest) + params["out"]["b"]
-
-
-@functools.cache
-def update_optimizer() -> optax.GradientTransformation:
-    """The optimizer the ``pqn_update`` exercise steps with: PQN's, the gradient's norm clipped, then RAdam."""
-    return optax.chain(optax.clip_by_global_norm(10.0), optax.radam(1e-2))
-
-
-def _update_inputs(rng: np.random.Generator) -> tuple:
-    update_epochs, num_minibatches, minibatch_size = int(rng.integers(2, 4)), int(rng.integers(2, 5)), int(rng.integers(2, 9))
-    rows, features, hidden, actions = num_minibatches * minibatch_size, int(rng.integers(2, 6)), 8, int(rng.integers(2, 5))
-    f32 = lambda shape, scale=1.0: jnp.asarray(rng.normal(scale=scale, size=shape), jnp.float32)  # noqa: E731
-    params = {"hidden": {"w": f32((features, hidden), 0.5), "b": f32((hidden,), 0.1)},
-              "out": {"w": f32((hidden, actions), 0.5), "b": f32((actions,), 0.1)}}
-    # RAdam's moments and step count from an earlier update, so that an answer must carry them on
-    opt_state = _warmed_up(params, jax.tree_util.tree_map(lambda leaf: jnp.ones_like(leaf) * 0.1, params))
-    obs = f32((rows, features))
-    chosen = jnp.asarray(rng.integers(0, actions, rows), jnp.int32)
-    targets = f32((rows,), 2.0)
-    key = jax.random.key(int(rng.integers(0, 2**31)))
-    return params, opt_state, obs, chosen, targets, key, layer_norm_q, update_optimizer(), update_epochs, num_minibatches
-
-
-@jax.jit
-def _warmed_up(params, grads):
-    optimizer = update_optimizer()
-    return optimizer.update(grads, optimizer.init(params), params)[1]
-
-
-def _update_reference(params, opt_state, obs, actions, targets, key, q_apply, optimizer, update_epochs, num_minibatches):
-    # labcore.agents.pqn.core's update, on the flattened rollout: an epoch key each, a permutation each.
-    rows = obs.shape[0]
-    minibatch_size = rows // num_minibatches
-
-    def loss(params, obs, actions, targets):
-        q_taken = jnp.take_along_axis(q_apply(params, obs), actions[:, None], axis=-1)[:, 0]
-        return 0.5 * jnp.mean((q_taken - targets) ** 2)
-
-    def minibatch_step(carry, minibatch):
-        params, opt_state = carry
-        updates, opt_state = optimizer.update(jax.grad(loss)(params, *minibatch), opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), None
-
-    def epoch(carry, epoch_key):
-        order = jax.random.permutation(epoch_key, rows)
-        cut = lambda leaf: leaf[order].reshape(num_minibatches, minibatch_size, *leaf.shape[1:])  # noqa: E731
-        return jax.lax.scan(minibatch_step, carry, (cut(obs), cut(actions), cut(targets)))[0], None
-
-    return jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, update_epochs))[0]
-
-
-def pqn_update_solution(params, opt_state, obs, actions, targets, key, q_apply, optimizer, update_epochs, num_minibatches):
-    def td_loss(params, rows):
-        q_values = q_apply(params, obs[rows])
-        chosen = q_values[jnp.arange(rows.shape[0]), actions[rows]]
-        return 0.5 * jnp.mean((chosen - targets[rows]) ** 2)
-
-    size = obs.shape[0] // num_minibatches
-    for epoch_key in jax.random.split(key, update_epochs):  # a new shuffle every epoch
-        shuffled = jax.random.permutation(epoch_key, obs.shape[0])
-        for i in range(num_minibatches):
-            rows = shuffled[i * size:(i + 1) * size]
-            grads = jax.grad(td_loss)(params, rows)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            params = optax.apply_updates(params, updates)
-    return params, opt_state
-
-
-def _with(params, opt_state, obs, actions, targets, key, q_apply, optimizer, update_epochs, num_minibatches, *,
-          epochs=None, shuffle=True, same_order=False, minibatches=None, greedy=False, fresh_optimizer=False):
-    """The solution with one thing changed, for the mistakes below."""
-    epochs = update_epochs if epochs is None else epochs
-    minibatches = num_minibatches if minibatches is None else minibatches
-    size = obs.shape[0] // minibatches
-
-    def td_loss(params, rows):
-        q_values = q_apply(params, obs[rows])
-        chosen = q_values.max(axis=-1) if greedy else q_values[jnp.arange(rows.shape[0]), actions[rows]]
-        return 0.5 * jnp.mean((chosen - targets[rows]) ** 2)
-
-    for epoch_key in jax.random.split(key, update_epochs)[:epochs]:
-        order = jax.random.permutation(key if same_order else epoch_key, obs.shape[0]) if shuffle else jnp.arange(obs.shape[0])
-        for i in range(minibatches):
-            state = optimizer.init(params) if fresh_optimizer else opt_state
-            updates, opt_state = optimizer.update(jax.grad(td_loss)(params, order[i * size:(i + 1) * size]), state, params)
-            params = optax.apply_updates(params, updates)
-    return params, opt_state
-
-
-def pqn_update_one_epoch(*args):
-    return _with(*args, epochs=1)
-
-
-def pqn_update_in_stored_order(*args):
-    return _with(*args, shuffle=False)
-
-
-def pqn_update_same_shuffle_every_epoch(*args):
-    return _with(*args, same_order=True)
-
-
-def pqn_update_whole_batch(*args):
-    return _with(*args, minibatches=1)
-
-
-def pqn_update_greedy_action(*args):
-    return _with(*args, greedy=True)
-
-
-def pqn_update_optimizer_restarted(*args):
-    return _with(*args, fresh_optimizer=True)
+def pqn_td_loss_column(q_values, actions, targets):
+    q_taken = jnp.take_along_axis(q_values, actions[:, None], axis=-1)  # [B, 1], minus [B] broadcasts to [B, B]
+    return 0.5 * jnp.mean((q_taken - targets) ** 2)
 
 
 def catalogue() -> list[Exercise]:
@@ -322,7 +236,11 @@ def catalogue() -> list[Exercise]:
             jit=True,
             solution=q_lambda_targets_solution,
             mistakes=(
-                ("episode ends are ignored: the lambda-return runs on into the next episode", q_lambda_ignores_episode_ends),
+                ("a time limit does not cut the lambda-return: at a truncated step G_t mixes in G_{t+1} of the next "
+                 "episode (a terminal step's (1 - terminated) stops it already; a truncated step's mix must be cut too)",
+                 q_lambda_ignores_episode_ends),
+                ("at the rollout's last step there is no G_T to mix in: the bootstrap must take all the weight there "
+                 "(the scan starts from zeros, so lambda of it is lost)", q_lambda_lambda_at_the_last_step),
                 ("a time limit is treated as a terminal state: no bootstrap where the episode was only cut off",
                  q_lambda_truncation_as_terminal),
                 ("lambda and 1 - lambda swapped: lambda weighs the one-step bootstrap", q_lambda_swapped_weights),
@@ -341,6 +259,7 @@ def catalogue() -> list[Exercise]:
             "lam = 1 the n-step (Monte Carlo to the end) return.",
             reference=_weights_reference,
             make_inputs=_weights_inputs,
+            run_with=_as_weight_array,
             solution=lambda_return_weights_solution,
             mistakes=(
                 ("the n-step return gets (1 - lam) * lam**(n - 1), so the weights sum to less than 1",
@@ -365,6 +284,9 @@ def catalogue() -> list[Exercise]:
                  pqn_td_loss_greedy_action),
                 ("every action pulled towards the target, not only the one taken", pqn_td_loss_every_action),
                 ("a sum over the minibatch: the step grows with the minibatch size", pqn_td_loss_summed),
+                ("no 1/2: the mean squared error is twice PQN's loss, and so is every gradient", pqn_td_loss_no_half),
+                ("Q(s, a) kept as a column [B, 1]: minus the targets [B] it broadcasts to a [B, B] matrix of "
+                 "every row against every target (take_along_axis(...)[:, 0] keeps one per row)", pqn_td_loss_column),
             ),
             core=True,
         ),
@@ -373,29 +295,33 @@ def catalogue() -> list[Exercise]:
             description="PQN's update on one rollout, its targets fixed: params, opt_state, obs [N, D], actions [N], "
             "targets [N] (Q(lambda), computed once), key, q_apply, optimizer, update_epochs, num_minibatches -> "
             "(params, opt_state).\n"
-            "As labcore.agents.pqn.core does it: epoch_keys = jax.random.split(key, update_epochs); in epoch e, shuffle "
-            "the N rows with jax.random.permutation(epoch_keys[e], N), cut them in order into num_minibatches "
-            "minibatches of N // num_minibatches rows, and on each take one optimizer step on the TD loss 0.5 * "
-            "mean((Q(s, a) - target)^2), Q(s, a) = q_apply(params, obs)[row, action], carrying params and opt_state "
-            "from step to step (grads = jax.grad(loss)(params, ...); updates, opt_state = optimizer.update(grads, "
-            "opt_state, params); params = optax.apply_updates(params, updates)). No target network: the targets "
-            "stay as given for the whole update. Python loops or lax.scan both do.",
+            "update_epochs epochs; each epoch shuffles the N rows with a key of its own drawn from `key` (any way "
+            "passes: jax.random.split(key, update_epochs), or key, sub = jax.random.split(key) each epoch, or "
+            "fold_in), cuts the shuffled rows in order into num_minibatches minibatches of N // num_minibatches "
+            "rows, and on each takes one optimizer step on the TD loss 0.5 * mean((Q(s, a) - target)^2), "
+            "Q(s, a) = q_apply(params, obs[rows])[row, action], calling q_apply on the minibatch's rows and "
+            "carrying params and opt_state from step to step (grads = jax.grad(loss)(params, ...); updates, "
+            "opt_state = optimizer.update(grads, opt_state, params); params = optax.apply_updates(params, "
+            "updates)). No target network: the targets stay as given for the whole update. Python loops or "
+            "lax.scan both do. The checker watches which rows each step trains on (its q_apply sees them), then "
+            "holds your parameters and optimizer state to PQN's steps on those same minibatches.",
             reference=_update_reference,
             make_inputs=_update_inputs,
+            judge=judge_pqn_update,
             trials=3,
-            rtol=1e-4,
-            atol=1e-5,
             solution=pqn_update_solution,
             mistakes=(
                 ("one epoch: update_epochs passes over the rollout were asked for", pqn_update_one_epoch),
                 ("no shuffle: the minibatches are the rollout's stored rows in order, each one correlated steps",
                  pqn_update_in_stored_order),
-                ("the same shuffle every epoch (the key itself, not an epoch key): each epoch repeats the minibatches",
+                ("every epoch repeats one shuffle: one key for every epoch (the key itself, or epoch_keys[0] again)",
                  pqn_update_same_shuffle_every_epoch),
                 ("one step on the whole rollout per epoch instead of num_minibatches minibatch steps", pqn_update_whole_batch),
                 ("the loss fits max_a Q(s, a), not the Q-value of the action taken", pqn_update_greedy_action),
                 ("the optimizer state is started again at every step: RAdam's moments and step count are lost",
                  pqn_update_optimizer_restarted),
+                ("every step starts from the incoming optimizer state: the state a step returns is not carried on",
+                 pqn_update_incoming_state_every_step),
             ),
             core=True,
         ),

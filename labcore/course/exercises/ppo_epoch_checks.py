@@ -51,6 +51,21 @@ def epoch_in_order(params, opt_state, batch, order, loss_fn, optimizer, num_mini
     return params, opt_state
 
 
+def epoch_in_order_state_not_carried(params, opt_state, batch, order, loss_fn, optimizer, num_minibatches):
+    """``epoch_in_order`` with the classic slip: every step updates from the incoming optimizer state."""
+    batch_size = order.shape[0]
+
+    def to_minibatches(leaf):
+        return leaf[order].reshape(num_minibatches, batch_size // num_minibatches, *leaf.shape[1:])
+
+    def minibatch_step(params, minibatch):
+        updates, state = optimizer.update(jax.grad(loss_fn)(params, minibatch), opt_state, params)
+        return optax.apply_updates(params, updates), state
+
+    params, states = jax.lax.scan(minibatch_step, params, jax.tree_util.tree_map(to_minibatches, batch))
+    return params, jax.tree_util.tree_map(lambda leaf: leaf[-1], states)
+
+
 # The loss, the optimizer and the number of minibatches are static, as in the exercise's own jit.
 _epoch_in_order_jitted = jax.jit(epoch_in_order, static_argnums=(4, 5, 6))
 
@@ -106,9 +121,15 @@ def minibatches_used(epoch: Callable[..., Any], key: jax.Array, like: dict[str, 
 
 def minibatch_problem(uses: np.ndarray, steps: float, num_minibatches: int) -> str | None:
     """None if the epoch took ``num_minibatches`` steps on minibatches of N // num_minibatches rows that hold
-    every row once; else what is wrong (the same words for the same fault, whatever the shuffle)."""
+    every row once; else what is wrong (the same words for the same fault, whatever the shuffle), on the
+    batch named: N rows in num_minibatches minibatches."""
     batch_size = uses.shape[0]
     size = batch_size // num_minibatches
+    problem = _minibatch_fault(uses, steps, num_minibatches, batch_size, size)
+    return None if problem is None else f"on a batch of {batch_size} rows in {num_minibatches} minibatches, {problem}"
+
+
+def _minibatch_fault(uses: np.ndarray, steps: float, num_minibatches: int, batch_size: int, size: int) -> str | None:
     if not np.isclose(steps, num_minibatches):
         return (f"the epoch takes {steps:g} optimizer step{'' if steps == 1 else 's'} with num_minibatches = "
                 f"{num_minibatches}, where it takes one step per minibatch, in turn")
@@ -184,6 +205,11 @@ def epoch_judge(make_inputs: Callable[[np.random.Generator], tuple], rtol: float
                                           num_minibatches))
         problem = first_mismatch(got, expected, rtol, atol)
         if problem:
+            carried_not = jax.jit(epoch_in_order_state_not_carried, static_argnums=(4, 5, 6))(
+                params, opt_state, batch, order, loss_fn, optimizer, num_minibatches)
+            if first_mismatch(got, carried_not, rtol, atol) is None:
+                return ("every step starts from the optimizer state the epoch was given: the state a step returns "
+                        "is not carried to the next step")
             return f"over the minibatches your shuffle drew, the epoch ends elsewhere than the reference's: {problem}"
         return None
 

@@ -74,9 +74,9 @@ QUIZ = Quiz(
             (
                 Choice("Fresh parameters and reproducibility: actors act with parameters some updates old, and "
                        "which rollout arrives first depends on the operating system's scheduling.",
-                       "In exchange nobody waits for the slowest worker. DQN tolerates the staleness well because "
-                       "it is off-policy and its replay buffer already mixes data from many past policies; "
-                       "on-policy methods such as PPO do not."),
+                       "In exchange the actors do not wait for the learner's updates. DQN learns off-policy: its "
+                       "replay buffer already mixes data from many past policies. On-policy methods such as PPO "
+                       "assume data from the current policy (IMPALA corrects for the lag with V-trace)."),
                 Choice("Experience replay: the learner must train on each rollout once, as it arrives.",
                        "The learner owns the replay buffer: every rollout goes into it, and the updates sample "
                        "from it as usual."),

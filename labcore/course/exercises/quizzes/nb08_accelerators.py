@@ -26,7 +26,7 @@ QUIZ = Quiz(
         ),
         Question(
             "A JAX port of a PyTorch network matches the original to 1e-6 on a CPU. On a TPU, or an A100 GPU, the "
-            "same float32 comparison fails at 1e-5, with differences near 1e-2. What is the likely cause?",
+            "same float32 comparison fails at 1e-5. What is the likely cause?",
             (
                 Choice("A bug that the CPU hid: XLA runs the same float32 program exactly on every device.",
                        "The program is the same, but the arithmetic of its matmuls is not: a default float32 "
@@ -39,8 +39,7 @@ QUIZ = Quiz(
                        "Ampere or newer GPUs. Compare under jax.default_matmul_precision(\"highest\").",
                        "JAX leans towards speed: TPUs multiply bfloat16 inputs (8 significant bits) and Ampere "
                        "tensor cores TF32 inputs (11 bits), both summed in float32. Full float32 costs several "
-                       "times as much on a TPU, so set it for parity checks and keep the default for training, "
-                       "whose gradient noise is far larger than this rounding."),
+                       "times as much on a TPU, so set it for parity checks, not for training."),
                 Choice("TPUs and these GPUs have no float32 arithmetic, so a 1e-5 comparison cannot pass there.",
                        "Both can compute a float32 matmul in full precision (a TPU in several bfloat16 passes); "
                        "they just do not do it by default."),

@@ -67,11 +67,11 @@ QUIZ = Quiz(
                        "not the one the theorem covers."),
                 Choice("That a target network always slows Q-learning down, so removing it can only help.",
                        "The paper shows when the target network can go, not that it always hurts; without the "
-                       "normalisation, the notebook's PQN with no target network learns much more slowly."),
+                       "normalisation, the notebook's PQN with no target network ends lower in its runs."),
                 Choice("That many parallel environments make TD convergent, so neither LayerNorm nor a target "
                        "network is needed.",
                        "The parallel envs replace the replay buffer, and their benefit is observed, not proved; "
-                       "the notebook's ablation keeps the envs, drops the LayerNorm, and learns much more slowly."),
+                       "the notebook's ablation keeps the envs, drops the LayerNorm, and ends lower in its runs."),
             ),
             answer="b",
         ),
