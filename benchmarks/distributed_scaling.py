@@ -11,8 +11,9 @@
   first rollout received, learner updates/s at one update per ``train_frequency`` transitions;
   staleness in learner updates between acting and learning.
 
-The table in docs/results/distributed.md also has rows for the same design over ``multiprocessing`` pipes, the transport
-Ray replaced, measured in the same run by this script at commit 0cc690f (the last that has it).
+The table in docs/results/distributed.md also has rows for the same design over ``multiprocessing`` pipes
+(``labcore.agents.dqn.actor_learner_pipes`` in labcore at commit 0cc690f), measured in the same run by this script
+as it is at that commit; this version of the script measures Ray's only.
 
     python benchmarks/distributed_scaling.py                  # 20k steps per device / 40k for actor-learner
     python benchmarks/distributed_scaling.py --processes 1 2

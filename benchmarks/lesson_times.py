@@ -513,11 +513,10 @@ def _split_notes(records: dict) -> str:
     said = ""
     if any(entry["ok"] and entry.get("startup_s") is not None and entry.get("compile_s") is not None
            for entry in entries):
-        said += (" A time with a second one in brackets was split as it ran: the bracket is start-up (pytest and "
-                 "the kernel starting, `import jax` and the initialisation of JAX's backend) and compiling (JAX "
+        said += (" A time with a second one in brackets was split as it ran: the bracket is the time of start-up (pytest and "
+                 "the kernel starting, `import jax` and the initialisation of JAX's backend) and of compiling (JAX "
                  "tracing, lowering and compiling with XLA in the notebook's kernel, or reading a compiled program "
-                 "from the persistent cache); the rest is the lesson's own work. A short lesson is mostly start-up "
-                 "and compile, which is why it can take longer on an accelerator than on a CPU.")
+                 "from the persistent cache); the rest is the lesson's own work.")
     if any(entry.get("stopped") for entry in entries):
         said += (" \"Stopped at the budget\" is a run that a time-limited call (`make bench-device BUDGET=...`) "
                  "stopped: the lesson takes longer than that there, and did not fail.")
@@ -535,29 +534,40 @@ def table(records: dict) -> str:
                  for _, budget, label in columns]
         lines.append(f"| {name[:2]} | {{doc}}`{title(name)} <lessons/{name}>` | "
                      f"about {round(words / WORDS_PER_MINUTE)} min ({words:,}) | " + " | ".join(cells) + " |")
+    machines = ["Where and when each column was measured:", ""]
+    for label in sorted(records):
+        record = records[label]
+        dates = sorted({entry["date"] for budget in ("full", "quick") for entry in record.get(budget, {}).values()})
+        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "no runs"
+        elsewhere = _other_machines(record)
+        machines.append(f"- **{label}**: {record['device']['machine']}; measured {span}"
+                        + (f"; with the same label, {'; '.join(elsewhere)}" if elsewhere else "") + ".")
+    machines.append("")
     notes = ["", "Run times are whole-notebook wall times under nbval {cite:p}`laslett2014nbval` (kernel start "
              "included), one notebook after another with no other notebook or training run beside it, measured by "
              "`python benchmarks/lesson_times.py` (`make bench-device` also runs every benchmark). Reading time "
              f"counts the prose at {WORDS_PER_MINUTE} words a minute (fenced code and pseudocode not counted); the "
              "exercises and the quiz come on top." + _split_notes(records), ""]
-    for label in sorted(records):
-        record = records[label]
-        dates = sorted({entry["date"] for budget in ("full", "quick") for entry in record.get(budget, {}).values()})
-        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "no runs yet"
-        elsewhere = _other_machines(record)
-        notes.append(f"- **{label}**: {record['device']['machine']}; measured {span}"
-                     + (f"; with the same label, {'; '.join(elsewhere)}" if elsewhere else "") + ".")
     missing = [header for key, header in EXPECTED if not any(key in label for label in records)]
     if missing:
-        notes.append(f"- Not measured yet on: {', '.join(missing)}. `make bench-device` on such a runtime fills "
+        notes.append(f"- Not measured on: {', '.join(missing)}. `make bench-device` on such a runtime fills "
                      "in its column; `make bench-device BUDGET=540` measures only what fits in 9 minutes, and the "
                      "same command again goes on where it stopped.")
-    return "\n".join(lines + notes)
+    return "\n".join(machines + lines + notes)
 
 
 def machine_of(record: dict, entry: dict | None) -> str:
-    """The machine an entry was measured on: its own, or (entries from before they named one) the record's."""
-    return (entry or {}).get("machine") or record["device"]["machine"]
+    """The machine an entry was measured on: its own; for an entry from before entries named one, the record's
+    where the record's device is an accelerator (its label names it), and on a CPU only what is known: the
+    record's CPU was replaced by another model under the same label, so the model is not recorded."""
+    if entry is not None and entry.get("machine"):
+        return entry["machine"]
+    device = record["device"]
+    if entry is None or device["platform"] != "cpu":
+        return device["machine"]
+    cores = f", {device['cpu_count']} CPU cores" if device.get("cpu_count") else ""
+    jax_version = f"; JAX {device['jax']}" if device.get("jax") else ""
+    return f"CPU model not recorded{cores}, no accelerator{jax_version}"
 
 
 def _other_machines(record: dict) -> list[str]:
@@ -579,11 +589,11 @@ def time_paragraph(name: str, records: dict) -> str:
              "the runs:"]
     found = reference(records)
     if found is None:
-        parts.append("not measured yet.")
+        parts.append("not measured.")
     else:
         label, record = found
         full, quick = record.get("full", {}).get(name), record.get("quick", {}).get(name)
-        measured = (f"{_cell(full)} at the full budgets" if full else "not yet measured at the full budgets")
+        measured = (f"{_cell(full)} at the full budgets" if full else "not measured at the full budgets")
         machine = machine_of(record, full or quick)
         if quick:
             measured += f", {_cell(quick)} at the quick budgets (`LABCORE_QUICK=1`: the same code, shorter training)"
@@ -595,7 +605,7 @@ def time_paragraph(name: str, records: dict) -> str:
     parts.extend(f"On {article(label)} {label}: {_cell(entry)} at the full budgets." for label, entry in others)
     missing = [header for key, header in EXPECTED if not any(key in label for label, _ in others)]
     if missing:
-        parts.append(f"Not measured on a {' or a '.join(header.split(' (')[0] for header in missing)} yet.")
+        parts.append(f"Not measured on a {' or a '.join(header.split(' (')[0] for header in missing)}.")
     parts.append(f"Every measured time: [Start here]({START_HERE_URL}). Read it with its outputs (the quick budgets' "
                  f"run): [its page on the site]({SITE_URL}/lessons/{name}.html).")
     return " ".join(parts)

@@ -131,7 +131,7 @@ def _add_train_command(commands, algorithm: registry.Algorithm) -> None:
 def _add_eval_command(commands, algorithm: registry.Algorithm) -> None:
     parser = commands.add_parser(algorithm.name, help=f"play a {algorithm.name} checkpoint")
     parser.add_argument("--checkpoint", required=True, help="a run folder or its checkpoints/ folder")
-    parser.add_argument("--step", type=int, default=None, help="checkpoint step, in updates (default: the newest intact)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step as checkpoints/ names it: updates, agent steps for dqn-host (default: the newest intact)")
     parser.add_argument("--seed", type=int, default=10_000, help="evaluation seed (default 10000, apart from training's)")
     for flag, field in algorithm.eval_fields.items():
         parser.add_argument(f"--{flag}", dest=field, type=_flag_type(_field(algorithm.config_class(), field).type)[0],

@@ -2,10 +2,9 @@
 
 XLA compiles every jitted program the first time a process calls it: seconds to a minute for a
 training loop, paid again in every new kernel or command. JAX can keep the compiled programs on
-disk and load them in a later process instead (the persistent compilation cache). On the 2-core
-reference CPU this roughly halves a second run: notebook 03 in quick mode went from 68 s to 29 s,
-and ``python -m labcore train ppo --total-steps 65536`` from 33 s to 15 s (docs/results/devices.md has the
-table and the command that measured it, benchmarks/compile_cache.py). ``configure()`` turns the
+disk and load them in a later process instead (the persistent compilation cache). What a second
+run saves, notebook by notebook and command by command, is measured by benchmarks/compile_cache.py
+(docs/results/devices.md has the table, its machine and its date). ``configure()`` turns the
 cache on, before JAX is imported where it can; the CLI (``python -m labcore ...``), every
 notebook's setup cell and the test suite call it, and a program of yours opts in the same way.
 ``import labcore`` itself changes no setting:
@@ -19,8 +18,7 @@ notebook's setup cell and the test suite call it, and a program of yours opts in
 
 It sets JAX's own environment variables, so processes started afterwards (the launcher's workers,
 the actor-learner's actors) inherit the same cache without a call of their own. Programs are cached whatever their compile time
-(JAX's default keeps only those over one second; on a CPU many of a notebook's programs compile
-faster than that and still add up). A cached program is the program XLA would compile: the
+(JAX's default keeps only those over one second, and many of a notebook's programs compile in less). A cached program is the program XLA would compile: the
 results are the same, only the compile is skipped. The cache is not pruned; ``status()`` reports
 its size, and deleting the folder is always safe. On a few x86 CPUs jaxlib cannot read back the
 CPU programs it cached (see ``cpu_check``); there labcore's default leaves the cache off.

@@ -354,8 +354,8 @@ def _capped(value: Any, ceiling: int) -> Any:
 def auto_tune(config: Any, info: DeviceReport | None = None) -> tuple[Any, list[str]]:
     """Fit an algorithm's config to this device: returns (new config, one line per change).
 
-    Works for any config whose class declares ``DEVICE_SIZES`` (DQNConfig, PPOConfig, IQNConfig,
-    IQNRunConfig, GFlowNetConfig). Only shrinks: a size already at or below the device's is left
+    Works for any config whose class declares ``DEVICE_SIZES`` (DQNConfig, PPOConfig, PQNConfig,
+    IQNConfig, IQNRunConfig, GFlowNetConfig). Only shrinks: a size already at or below the device's is left
     alone, so a small config you chose stays yours. Derived constraints declared in
     ``DEVICE_SIZES.divides`` are kept (PPO's num_minibatches still divides the batch), and the
     config's own validation runs again on the result (``dataclasses.replace``).

@@ -15,6 +15,8 @@ compiles ``run`` once per chunk size, runs chunks of ``checkpoint_every`` update
 checkpoint of the whole state after each, logs a metrics row every ``log_every`` updates while the
 compiled chunk runs (the rows reach the host in bursts, see ``labcore.logged_scan``), resumes exactly from
 the newest intact checkpoint, and ends with evaluation, ``summary.json`` and ``metrics.png``.
+``eval_every`` adds evaluations while training (logged as rows at their update); ``stop_after_s``
+stops at a checkpoint before a time budget runs out, and the same call with ``resume`` goes on.
 PPO, PQN, the jitted DQN, the all-JAX GFlowNet trainer and IQN's fused mode run on it
 (``labcore.agents.<algo>.train``),
 and so does the data-parallel DQN over every device of several processes
@@ -238,7 +240,7 @@ def train(
     evaluates again what its checkpoint did not hold.
     stop_after_s: stop at a checkpoint, as if interrupted there, when one more chunk (timed as the
     last one took, its evaluation included) would end past this many seconds from the call: a long
-    run in slices on a machine lent for a while at a time (``resume=True`` goes on). A stopped run
+    run in slices where a machine's time is limited (a job's time limit) (``resume=True`` goes on). A stopped run
     writes no evaluation, summary.json or plot; the result's summary is ``{"stopped_at_update": n}``.
 
     seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one

@@ -12,8 +12,8 @@ one ``uint32`` vector, and after the loop the ``[length, F]`` stack is cut back 
 batched over all steps. Only bits move (32-bit leaves are bitcast, narrower ones widened and
 narrowed back exactly), so the result is the scan's, bit for bit.
 
-Measured with ``benchmarks/ppo_speed.py`` on NVIDIA H200s (JAX 0.11.2, two sittings, each side by
-side), the default PPO on CartPole (a dozen leaves per step) went from 0.83x, 0.90x and 0.87x of its
+Measured with ``benchmarks/ppo_speed.py`` on NVIDIA H200s (JAX 0.11.2; recorded 2026-11-28 in
+docs/results/history.md, each figure a ratio to the baseline run beside it), the default PPO on CartPole (a dozen leaves per step) went from 0.83x, 0.90x and 0.87x of its
 stripped baseline (fewer leaves) at 4, 64 and 2048 envs to 0.86x, 0.92x and 0.94x packed. On a
 2-core CPU packing made it slower (0.99x to 0.74x at 4 envs): there a write costs its few bytes,
 and gathering the leaves into one row costs more. ``scan`` therefore packs on a GPU only

@@ -58,7 +58,7 @@ def test_a_seed_inside_a_vmap_over_seeds_ends_where_it_ends_alone(algorithm, tmp
     """train(config, seeds=2) runs config.seed and config.seed + 1 in one jax.vmap. Seed 1's final
     state (parameters, optimiser, envs, replay, key, counters) and its evaluation equal those of
     train(config with seed + 1) alone. XLA compiles the batched program apart from the single one,
-    so float operations may round differently: the state agrees to 1e-5 (measured: see the
+    so float operations may round differently: the state agrees to 1e-5 (the bound of the
     equivalence table in docs/guide/runs.md), every integer leaf and the evaluation exactly."""
     agent = registry.get(algorithm)
     config = small_config(algorithm)

@@ -25,6 +25,8 @@ import subprocess
 
 import nbformat
 
+from labcore.tools.benchmarking import cpu_model
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO_ROOT / "notebooks"
 STORE = REPO_ROOT / "docs" / "_build" / "executed"
@@ -52,17 +54,6 @@ def stored_path(name: str, budget: str) -> pathlib.Path:
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
     return STORE / budget / name
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo), else what platform knows."""
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return " ".join(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _accelerators() -> str:

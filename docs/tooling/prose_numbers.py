@@ -77,8 +77,12 @@ NUMBER = re.compile(r"(?<![\w.$\\/#@-])(\d[\d,]*(?:\.\d+)?)(\s?(?:k|M|%|x|×|s|m
 REFERENCE = re.compile(r"\b(?:sections?|lessons?|lines?|cells?|exercises?|notebooks?|items?|equations?|parts?|steps?)"
                        r"\s+(?:\d[\d.]*(?:\s*(?:,|and|to|-|–)\s*)?)+$", re.IGNORECASE)
 SOURCED = re.compile(r"\{cite:[a-z]+\}|\]\(|\bprint(?:s|ed)?\b|\{doc\}|\{ref\}|\{py:|\blessons? \d+ measures?\b")
+PRINTED = re.compile(r"\bprint(?:s|ed)?\b|\blessons? \d+ measures?\b")
+CITED_KEYS = re.compile(r"\{cite:[a-z]+\}<([^>]*)>")
+RESULTS_LINK = re.compile(r"\]\([^)]*\bresults/([\w-]+)\.(?:html|md)")
 # A version number: JAX 0.10.2, Flax 0.11, Python 3.11.
-VERSION = re.compile(r"(?:\b(?:jax|jaxlib|flax|optax|orbax|chex|ray|python|pytorch|torch|cuda|cudnn|numpy|gymnasium|version)"
+VERSION = re.compile(r"(?:\b(?:jax|jaxlib|linux|ale|ale-py|flax|optax|orbax|chex|ray|python|pytorch|torch|cuda|cudnn|numpy|gymnasium|version"
+                     r"|ICLR|ICML|NeurIPS|AAAI|AISTATS)"
                      r"\s?v?|\d\.)$", re.IGNORECASE)
 
 
@@ -88,7 +92,8 @@ def _plain(text: str) -> str:
     text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
     text = re.sub(r"\$[^$\n]+\$", " ", text)
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
-    text = re.sub(r"(\{[a-z:]+\})`[^`]*`", r"\1", text)
+    # {py:meth}`Title <target>` keeps only its target, as {py:meth}`target` does
+    text = re.sub(r"(\{[a-z:]+\})`(?:[^`<]*<)?([^`>]*)>?`", lambda m: m.group(1) + "<" + m.group(2).replace(" ", "") + ">", text)
     text = re.sub(r"`[^`]*`", " ", text)
     text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
     text = re.sub(r"^#+ .*$", " ", text, flags=re.M)
@@ -114,8 +119,60 @@ def _value(number: str, unit: str) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-def lesson_numbers(notebook: dict, name: str) -> list[tuple[str, str]]:
-    """(number, its sentence) for every number in a lesson's prose that nothing backs."""
+def _on_page(number: str, unit: str, page: str) -> bool:
+    """Whether a results page's text holds the number (as written, or without its thousands commas)."""
+    forms = {number + unit.strip(), number, number.replace(",", "")}
+    return any(re.search(r"(?<![\d.])" + re.escape(form) + r"(?![\d])", page) for form in forms if form)
+
+
+PY_ROLE = re.compile(r"\{py:[a-z]+\}<~?([\w.]+)>")
+
+
+def _named_code_numbers(sentence: str) -> set[str]:
+    """The numbers written in the source of the labcore objects the sentence names with a {py:...} role."""
+    import importlib
+    import inspect
+
+    found: set[str] = set()
+    for path in PY_ROLE.findall(sentence):
+        parts = path.split(".")
+        for split in range(len(parts), 0, -1):  # the longest importable module, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:split]))
+            except ImportError:
+                continue
+            try:
+                for name in parts[split:]:
+                    obj = getattr(obj, name)
+                found |= _code_numbers(inspect.getsource(obj))
+            except (AttributeError, TypeError, OSError):
+                pass
+            break
+    return found
+
+
+def _quoted(number: str, unit: str, sentence: str) -> bool:
+    """Whether the number is one recorded, with its locator, from a source the sentence cites or links."""
+    from labcore.course import published
+
+    keys = {key for keys in CITED_KEYS.findall(sentence) for key in keys.split(",")}
+    links = set(re.findall(r"\]\(([^)]*)\)", sentence))
+    for quote in published.QUOTES:
+        if quote.value in (number + unit.strip(), number + unit, number) and (quote.source in keys or quote.source in links):
+            return True
+    return False
+
+
+def lesson_numbers(notebook: dict, name: str, results: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(number, its sentence) for every number in a lesson's prose that nothing backs.
+
+    A sentence that says a cell prints it backs its numbers. A sentence that links a results page
+    backs only the numbers that page holds (``results``: page name -> text; default: docs/results).
+    A sentence that cites a paper or links another source backs only the numbers recorded, with
+    where in that source they stand, in ``labcore.course.published.QUOTES``: a citation beside a
+    number is not evidence that the source contains it."""
+    if results is None:
+        results = {path.stem: path.read_text() for path in (ROOT / "docs" / "results").glob("*.md")}
     cells = notebook["cells"]
     code = _code_numbers("\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"))
     facts = FACTS.get(name, {})
@@ -127,8 +184,11 @@ def lesson_numbers(notebook: dict, name: str) -> list[tuple[str, str]]:
         if index == 0 and "**Time**" in text:
             text = text[:text.index("**Time**")]  # rendered from the records
         for sentence in _sentences(_plain(text)):
-            if SOURCED.search(sentence):
+            if PRINTED.search(sentence):
                 continue
+            pages = [results[page] for page in RESULTS_LINK.findall(sentence) if page in results]
+            named = _named_code_numbers(sentence)
+            elsewhere = SOURCED.search(RESULTS_LINK.sub("", sentence))
             plain = sentence
             for match in NUMBER.finditer(plain):
                 number, unit = match.group(1).rstrip(","), match.group(2) or ""
@@ -139,9 +199,12 @@ def lesson_numbers(notebook: dict, name: str) -> list[tuple[str, str]]:
                         or re.match(r"[A-Za-z]", after) or re.search(r"[A-Za-z]$|[A-Za-z]\d+\s$", before)  # a name: H100 80GB
                         or re.match(r"\s?x\s?\d", after) or re.search(r"\d\s?x\s?$", before)  # a shape: 10x10, 4 x 128
                         or (unit.strip() in ("x", "×") and re.match(r"\s?\d", after))
-                        or _value(number, unit) in code):
+                        or _value(number, unit) in code or _value(number, unit) in named
+                        or any(_on_page(number, unit, page) for page in pages)
+                        or (elsewhere and _quoted(number, unit, sentence))):
                     continue
-                found.append((number + unit, " ".join(sentence.split())))
+                as_written = re.sub(r"(\{[a-z:]+\})<([^>]*)>", r"\1`\2`", sentence)  # the role's target, as in the source
+                found.append((number + unit, " ".join(as_written.split())))
     return found
 
 
@@ -162,6 +225,32 @@ def unrecorded_tables(text: str) -> list[str]:
     return found
 
 
+MACHINE = re.compile(r"\b(?:CPU|GPU|TPU|H200|H100|A100|T4|EPYC|Xeon|cores?)\b")
+JAX_VERSION = re.compile(r"\bJAX\b[^|\n]{0,40}?\b0\.\d+(?:\.\d+)?|\bjax \d\.\d+", re.IGNORECASE)
+TABLE = re.compile(r"(?:^\|.*\|[ \t]*\n)+", re.M)
+
+
+def tables_without_machine(text: str) -> list[str]:
+    """The first row of each results table with numbers whose own lead-in (the text between it and the
+    table or heading before it) or header does not name its machine, its JAX version and a date."""
+    found = []
+    text = re.sub(r"```.*?```", lambda block: " " * len(block.group(0)), text, flags=re.S)
+    start = 0
+    for match in TABLE.finditer(text):
+        table = match.group(0)
+        lead_in = re.split(r"^#{1,4} .*$", text[start:match.start()], flags=re.M)[-1]
+        start = match.end()
+        if not TABLE_WITH_NUMBERS.search("\n".join(table.splitlines()[2:])):
+            continue
+        header = table.splitlines()[0]
+        if all(column in header.lower() for column in ("machine", "jax", "date")):
+            continue  # said in each row
+        said = lead_in + " " + header
+        if not (MACHINE.search(said) and JAX_VERSION.search(said) and DATE.search(said)):
+            found.append(header.strip()[:80])
+    return found
+
+
 def problems(root: pathlib.Path = ROOT) -> list[str]:
     found = []
     for path in sorted((root / "notebooks").glob("*.ipynb")):
@@ -171,6 +260,9 @@ def problems(root: pathlib.Path = ROOT) -> list[str]:
         for heading in unrecorded_tables(path.read_text()):
             found.append(f"{path.relative_to(root)}: the table under {heading!r} says not what produced it and when "
                          "(a command or link, and a date)")
+        for header in tables_without_machine(path.read_text()):
+            found.append(f"{path.relative_to(root)}: the table {header!r} does not say, just above it, on which machine, "
+                         "with which JAX and on which date it was measured")
     return found
 
 

@@ -10,6 +10,15 @@ None outside them, never extrapolates.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class Quote(NamedTuple):
+    """A number a lesson's prose takes from a source, recorded once with where in the source it stands."""
+
+    value: str  # as the prose writes it: "333.6", "50x", "1.5e-4"
+    source: str  # the bibliography key the prose cites (docs/references.bib), or the URL it links
+    where: str  # the place in the source: a table, a figure, a file at a commit, a section
 
 MINATAR_SOURCE = (
     "Young & Tian (2019), 'MinAtar: An Atari-Inspired Testbed for Thorough and Reproducible "
@@ -115,6 +124,16 @@ DOPAMINE_BREAKOUT: dict[str, tuple[tuple[int, float, float, float], ...]] = {
 }  # fmt: skip
 
 
+CLEANRL_PQN_BREAKOUT_SOURCE = (
+    "CleanRL (Huang et al. 2022), docs/rl-algorithms/pqn.md at commit 1ed80620842b4cdeb1edc07e12825dff18091da9, "
+    "the 'Episode Rewards' table of pqn_atari_envpool.py: Breakout-v5 384.85 +- 12.39, three seeds "
+    "(benchmark/pqn.sh, the script's defaults): 10M agent steps (40M frames: envpool repeats each action for 4), "
+    "8 envs x 128 steps, 4 epochs of 4 minibatches, RAdam 2.5e-4 decayed linearly, lambda 0.65, epsilon to 0.01 "
+    "over the first 10%; envpool with episodic_life and reward_clip (cleanrl/pqn_atari_envpool.py)."
+)
+CLEANRL_PQN_BREAKOUT = (40_000_000, 384.85, 12.39)  # (frames, return, its +-), CLEANRL_PQN_BREAKOUT_SOURCE
+
+
 def at(curve: Sequence[tuple[int, float]], steps: float) -> float | None:
     """The curve's value at ``steps``, linear between its points; None outside them."""
     points = sorted(curve)
@@ -124,3 +143,19 @@ def at(curve: Sequence[tuple[int, float]], steps: float) -> float | None:
     if points and steps == points[0][0]:
         return points[0][1]
     return None
+
+
+# Every number a lesson's prose quotes from a source, with where it stands there
+# (docs/tooling/prose_numbers.py accepts a cited number only if it is here).
+QUOTES: tuple[Quote, ...] = (
+    Quote("50x", "gallici2025simplifying",
+          "the abstract (arXiv:2407.04811): PQN 'can be up to 50x faster than traditional DQN'"),
+    Quote("0.1", "young2019minatar",
+          "the paper's repository, github.com/kenjyoung/MinAtar at 1517497, minatar/environment.py: "
+          "Environment(env_name, sticky_action_prob=0.1, ...)"),
+    Quote("0.017", "fortunato2018noisy",
+          "section 3.2, 'Initialisation of Noisy Networks': for independent Gaussian noise each sigma_{i,j} is "
+          "initialised to 0.017"),
+    Quote("36", "https://github.com/torvalds/linux/blob/v6.6/kernel/sched/core.c", "the table sched_prio_to_weight: the weight of niceness 15"),
+    Quote("1,024", "https://github.com/torvalds/linux/blob/v6.6/kernel/sched/core.c", "the table sched_prio_to_weight: the weight of niceness 0 (NICE_0_LOAD)"),
+)

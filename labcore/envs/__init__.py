@@ -5,9 +5,10 @@ labcore's own pure-JAX games with the gymnax interface (stateless env object, pa
 ``hypergrid_env.HyperGridEnv`` (masked, through ``make_masked_env``) and the multi-agent
 ``treasurehunt_env.Treasurehunt``.
 
-``make_vector_env`` is the one door the training loops use: it checks the id and the action
-space before anything is built, so a typo or a continuous-control env fails with a clear
-message instead of deep inside a wrapper.
+``make_vector_env`` is how the DQN host loops make their envs: it checks the id and the action
+space before anything is built, so a typo or a continuous-control env fails with a message
+naming it instead of deep inside a wrapper. (PQN steps ALE's vector env from inside its compiled
+program: ``labcore.envs.ale_jax``.)
 """
 
 from __future__ import annotations

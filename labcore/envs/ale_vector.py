@@ -2,10 +2,10 @@
 
 ALE ships a vector environment written in C++: ``num_envs`` emulators stepped by a pool of threads,
 with the Nature preprocessing done there too (max of the last two frames of each action repeat,
-grayscale, 84x84 area resize, a stack of the last 4 frames padded with zeros after a reset, up to 30
-no-op actions after a reset, FIRE after a reset in games that need it, sticky actions). It plays the
-same games as gymnasium's ``AtariPreprocessing`` + ``FrameStackObservation(padding_type="zero")``
-(tests/test_ale_vector.py compares them). Here:
+grayscale, 84x84 area resize, a stack of the last 4 frames padded with zeros after a reset, no-op
+actions after a reset, FIRE after a reset in games whose action set has it, sticky actions). With sticky
+actions, no-ops and FIRE off, it plays the same games as gymnasium's ``AtariPreprocessing`` +
+``FrameStackObservation(padding_type="zero")`` (tests/test_ale_vector.py compares them). Here:
 
 * ``AtariSettings``: how the games are played; ``make_vector_env``: ALE's vector env for them;
 * ``AtariVector``: it behind gymnasium's vector interface, for host loops (the DQN host loop),
@@ -32,9 +32,10 @@ class AtariSettings:
     """How ``num_envs`` Atari games are played, learned from and reported.
 
     env_id: an ALE id ('ALE/Breakout-v5'). repeat_action_probability: sticky actions.
-    life_loss_terminal: a lost life is terminal for learning (``labcore.envs.ale_jax``). noop_max: up
-    to this many no-op actions after each reset (ALE draws 0 to noop_max - 1). fire_reset: press FIRE
-    after a reset in games that have it.
+    life_loss_terminal: a lost life is terminal for learning (``labcore.envs.ale_jax``). noop_max: ALE
+    draws a number from 0 to noop_max - 1 at each reset and plays that many no-op actions, less one
+    where it pressed FIRE (fire_reset: press FIRE once after a reset in games whose action set has it),
+    so Breakout gets FIRE and 0 to 28 no-ops with the default 30.
     max_episode_steps: agent steps before a game is truncated (27,000 = 108,000 frames, 30 minutes of play).
     """
 

@@ -111,13 +111,28 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     return "\n".join([header, rule, *body])
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine()
+
+
 def machine_description() -> dict[str, Any]:
-    """What a benchmark ran on: enough to tell whether two results are comparable."""
+    """What a benchmark ran on: enough to tell whether two results are comparable. ``label`` says it in one
+    line, as the results pages name a machine: "AMD EPYC (x86_64), 2 CPU cores, no accelerator"."""
     import jax
 
     from labcore import devices
 
+    accelerator = ("no accelerator" if devices.platform() == "cpu"
+                   else f"{jax.device_count()} x {jax.devices()[0].device_kind}")
     return {
+        "label": f"{cpu_model()} ({_platform.machine()}), {devices.cpu_count()} CPU cores, {accelerator}",
         "python": _platform.python_version(),
         "jax": jax.__version__,
         "platform": devices.platform(),

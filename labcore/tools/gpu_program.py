@@ -1,8 +1,8 @@
 """The program XLA compiles for a GPU, on a machine without one, and the kernels it launches per loop step.
 
-On a GPU a small jitted step costs its kernel launches more than its arithmetic: a training
-program whose rollout runs one step after another is as fast as its per-step kernel count
-allows. That count can be read from the program XLA compiles for the GPU (its optimised HLO),
+On a GPU every kernel launch has a cost of its own, so a small jitted step may cost its launches
+more than its arithmetic, and a rollout that runs one step after another pays them at every step.
+How many there are can be read from the program XLA compiles for the GPU (its optimised HLO),
 and XLA compiles for a GPU it is told about without one being present:
 
     text = compile_for_gpu(train, jax.random.key(0))      # JAX's CUDA plugin needed, not a GPU

@@ -114,7 +114,12 @@ class DQNConfig:
 
     @classmethod
     def nature_atari(cls, env_id: str = "ALE/Breakout-v5", **overrides: Any) -> DQNConfig:
-        """The Nature DQN's Atari settings (agent steps; 1 agent step = 4 frames)."""
+        """The Nature DQN's Atari hyperparameters (Mnih et al. 2015, Extended Data Table 1), with these
+        differences: 10M agent steps = 40M frames (the paper trains 50M frames); Adam at lr 2.5e-4 (the
+        paper: RMSProp, ``optimizer='rmsprop_centered'`` here); the target copied every 10,000 agent
+        steps (the paper: every 10,000 parameter updates, 40,000 agent steps); and ALE v5's sticky
+        actions, 0.25, with FIRE pressed at a reset (the paper's games had neither). Counts are agent steps;
+        1 agent step = 4 frames."""
         settings = dict(
             env_id=env_id,
             network="nature_cnn",
@@ -138,11 +143,12 @@ class DQNConfig:
 
     @classmethod
     def atari_short(cls, env_id: str = "ALE/Breakout-v5", total_steps: int = 250_000, **overrides: Any) -> DQNConfig:
-        """The Nature network, preprocessing and update rule, scheduled for a short budget.
+        """The Nature network and preprocessing with ``nature_atari``'s Huber TD loss, scheduled for a short budget.
 
         The Nature schedule assumes 10M steps: its epsilon would still be 0.78 after 250k.
         Here exploration ends at 40% of the run, learning starts after 20k steps, the target
-        follows every 2,000 steps, Adam with lr 1e-4 and eps 1.5e-4 (Dopamine's Atari Adam),
+        follows every 2,000 steps, Adam with lr 1e-4 and eps 1.5e-4 (the eps of Dopamine's JAX DQN, whose
+        lr is 6.25e-5: dopamine/jax/agents/dqn/configs/dqn.gin),
         and the buffer holds the whole run.
         """
         settings = dict(

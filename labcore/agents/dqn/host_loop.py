@@ -9,10 +9,9 @@ The environment runs in Python; everything else is two compiled functions:
 Both are pure and jitted once; ``learn`` donates its inputs, so the replay buffer (7 GB for
 a million Atari frames) is updated in place. The host steps the envs, collects
 ``train_frequency`` agent steps of transitions in numpy, then makes one ``learn`` call: an
-update happens every ``train_frequency`` steps anyway, and one call per update instead of
-one per step is most of what makes a host loop fast (a jitted call costs tens of
-microseconds; a CartPole step costs ten). Since an update only ever falls due at the end of
-a chunk, this is the same algorithm as storing every step at once. PRNG keys are
+update happens every ``train_frequency`` steps anyway, so one call per update replaces one
+call per agent step. Since an update only ever falls due at the end of a chunk, this is the
+same algorithm as storing every step at once. PRNG keys are
 ``fold_in(key, step)``, so a run is a pure function of its seed, however it is chunked.
 
     result = train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), run_dir="runs/cartpole")
@@ -27,8 +26,9 @@ after it (they are logged again), and, when the replay buffer and the environmen
 it, continues exactly as if never stopped.
 
 Why this driver keeps a loop of its own instead of ``labcore.loop.train``: that driver runs a pure
-``run(state, n)`` compiled whole, and a gymnasium env (Atari through ale-py) is a Python object
-stepped on the host, which no compiled program can hold. It uses the same pieces as the shared
+``run(state, n)`` compiled whole, and a gymnasium env is a Python object stepped on the host: a
+compiled program reaches one only through a callback per step (``labcore.envs.ale_jax`` does that
+for ALE's vector env, where its XLA calls are not available). It uses the same pieces as the shared
 driver: ``labcore.host_run.HostRun`` (run folder, progress bar, rows, resume from the newest intact
 checkpoint, summary, plot), ``labcore.checkpoint``, and returns its result type,
 ``labcore.loop.RunResult`` (``state`` is the final ``TrainState``).

@@ -32,7 +32,7 @@ on every replica. The same command with the same number of replicas gives the sa
 in the averaged update. By default every device holds one; ``replicas_per_device=k`` puts k on
 each device (``jax.vmap`` inside the device, the gradient mean over both the devices and the
 vmapped axis), so that a cluster of 8 replicas can run on one device, or on 8 devices, or on 2
-processes of 4: the same run. Replica r is device ``r // k``'s ``r % k``-th, whatever the cluster.
+processes of 4, with the same data and the same updates. Replica r is device ``r // k``'s ``r % k``-th, whatever the cluster.
 With one replica per device the parameters agree bit for bit across 1 process of 4 devices and 2
 processes of 2 (``tests/test_distributed.py``); on one device the vmapped replicas' gradient mean
 adds in another order, so the parameters agree to float rounding (measured there). A checkpoint

@@ -117,8 +117,9 @@ def own_buffers(tree: Any) -> Any:
 
 # XLA:CPU (jaxlib 0.10) hands the backward pass's multiply-and-sum over the quantile axis (the
 # gradient of head1's output, [B, N, L] -> [B, L]) to its YNNPACK library as a fusion that runs
-# many times slower than XLA's own loop (measured: 8.5 ms of a 27 ms train step at the default
-# sizes); limiting YNNPACK to plain dots avoids it (~30 ms per epoch of 5 agents). The option is
+# much slower than XLA's own loop (measured on a 2-core x86 CPU, model not recorded: 8.5 ms of a
+# 27 ms train step at the default sizes); limiting YNNPACK to plain dots avoided it there (about
+# 30 ms less per epoch of 5 agents). The option is
 # experimental: a jaxlib that does not know it compiles without it.
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 
@@ -201,10 +202,11 @@ def fused_epoch(runs: WorldRun, agent_config: iqn.IQNConfig, world_params: th.Tr
     The world steps, acting and buffer writes are vmapped over worlds (and over agents inside
     ``play_turn``), the turns are a ``lax.scan``. The train steps run one agent after another: a
     ``lax.map`` over the W * n (world, agent) pairs, whose stacked leaves [W, n, ...] reshape to
-    [W * n, ...] for free. Vmapping them instead makes XLA:CPU run the backward pass's matmuls as
-    batched matmuls, well below the rate of the same matmuls one agent at a time (measured at the
-    default sizes: 5 agents vmapped 0.18-0.20 s, mapped 0.13 s per epoch; 8 worlds vmapped over
-    worlds 5.3 s per epoch, twice 8 single-world epochs). The numbers agree up to float rounding.
+    [W * n, ...] without a copy. Vmapping them instead makes XLA:CPU run the backward pass's matmuls
+    as batched matmuls, which ran slower than the same matmuls one agent at a time (measured on a
+    2-core x86 CPU, model not recorded, jaxlib 0.10, at the default sizes: 5 agents vmapped
+    0.18-0.20 s, mapped 0.13 s per epoch; 8 worlds with the train steps vmapped over worlds, 5.3 s
+    per epoch). The numbers agree up to float rounding.
 
     train=False plays without learning and without epsilon decay (evaluation). Returns (runs,
     stats) with stats leaves [W, ...].

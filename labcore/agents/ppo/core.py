@@ -352,7 +352,7 @@ class EntropyWatch:
     """A metrics callback that warns once if the policy's entropy collapses early.
 
     Collapse: entropy below ``fraction`` of its ceiling (log of the number of legal actions)
-    during the first ``early`` fraction of training, a policy that stopped exploring (seen on Vault with ent_coef 0.01).
+    during the first ``early`` fraction of training, a policy that stopped exploring.
     Chain another callback through ``then``.
     """
 

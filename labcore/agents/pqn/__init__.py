@@ -1,9 +1,10 @@
 """pqn: Parallel Q-Networks (Gallici et al., ICLR 2025), DQN without a replay buffer or a target network.
 
-* ``config``: ``PQNConfig`` (with the paper's MinAtar settings), validated (imports no JAX: the
-  command line's flags);
-* ``core``: the LayerNorm Q-network's training as one jitted ``train(key)`` over vectorised gymnax
-  envs (epsilon-greedy rollouts, Q(lambda) targets, minibatch epochs), vmappable over seeds;
+* ``config``: ``PQNConfig`` (with the paper's MinAtar settings and purejaxql's Atari settings),
+  validated (imports no JAX: the command line's flags);
+* ``core``: the LayerNorm Q-network's training as one jitted ``train(key)`` over vectorised envs,
+  gymnax's or ALE's own vector env (``labcore.envs.batched``): epsilon-greedy rollouts, Q(lambda)
+  targets, minibatch epochs; vmappable over seeds on gymnax envs;
 * ``run``: the driver: results folder, progress bar, checkpoints, exact resume, evaluation.
 
 The package itself exports the agent contract of ``labcore.agents``: ``Config``,

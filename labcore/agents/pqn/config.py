@@ -1,4 +1,4 @@
-"""PQNConfig: every PQN setting, validated on construction, with its CartPole and MinAtar presets.
+"""PQNConfig: every PQN setting, validated on construction, with its CartPole, MinAtar and Atari presets.
 
 Its own module, importing no JAX or Haiku, so that the command line can build a flag per field (and
 a checkpoint's config be read back) in a fraction of a second; ``labcore.agents.pqn.core``, which
@@ -26,9 +26,11 @@ def is_atari_id(env_id: str) -> bool:
 class PQNConfig:
     """Every PQN setting, validated on construction. Step counts are env steps (one transition).
 
-    Defaults: CartPole-v1 at the size purejaxql uses for its gymnax games (32 envs x 64 steps,
-    2 x 128 units with LayerNorm, lambda 0.95); ``PQNConfig.minatar(env_id)`` gives the paper's
-    MinAtar settings, ``PQNConfig.atari(env_id)`` purejaxql's Atari settings on ALE's vector env.
+    Defaults: CartPole-v1 at the sizes of purejaxql's ``pqn_cartpole.yaml`` (32 envs x 64 steps,
+    lambda 0.95; ``cartpole`` says where labcore differs), 2 x 128 units with LayerNorm;
+    ``PQNConfig.minatar(env_id)`` gives the paper's MinAtar settings, ``PQNConfig.atari(env_id)``
+    purejaxql's Atari settings on ALE's vector env and ``PQNConfig.atari_dopamine`` the same under
+    Dopamine's protocol.
     """
 
     env_id: str = "CartPole-v1"
@@ -134,7 +136,9 @@ class PQNConfig:
 
     @classmethod
     def cartpole(cls, **overrides: Any) -> PQNConfig:
-        """CartPole-v1: the defaults (purejaxql's gymnax settings), 500k env steps."""
+        """CartPole-v1: the defaults, 500k env steps. The sizes are purejaxql's ``pqn_cartpole.yaml`` at 970ecce (32 envs x 64
+        steps, 4 epochs of 16 minibatches, lambda 0.95, lr 1e-4, gamma 0.99); unlike it, 128 hidden units (256
+        there), epsilon down to 0.05 (0.2 there), no reward scaling (0.1 there) and no learning-rate decay."""
         return cls(**overrides)
 
     @classmethod
@@ -161,10 +165,11 @@ class PQNConfig:
 
     @classmethod
     def atari(cls, env_id: str = "ALE/Breakout-v5", **overrides: Any) -> PQNConfig:
-        """purejaxql's Atari settings (``purejaxql/config/alg/pqn_atari.yaml``): 128 envs x 32 steps,
+        """purejaxql's Atari settings (``purejaxql/config/alg/pqn_atari.yaml`` at 0436c80): 128 envs x 32 steps,
         2 epochs of 32 minibatches, lambda 0.65, RAdam at 2.5e-4 without decay, max grad norm 10,
         epsilon 1 -> 0.001 over the first 10% of training, the Nature network with LayerNorm, and its
-        envpool protocol: a lost life terminal, rewards clipped, no sticky actions, up to 30 no-ops.
+        envpool protocol: a lost life terminal, rewards clipped, no sticky actions, FIRE and 0 to 28
+        no-ops after a reset (ALE's draw for noop_max 30, the FIRE counted as one).
         2.5M agent steps = 10M frames (purejaxql's runs are 1e7 agent steps, 40M frames). Evaluation:
         32 whole games, unclipped, at epsilon 0.001 (Dopamine's evaluation epsilon: a greedy agent
         can wait for ever to serve in Breakout, until ALE truncates the game at 27,000 steps)."""
