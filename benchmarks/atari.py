@@ -10,7 +10,7 @@ as ``python -m labcore train pqn --preset atari``) into ``RUNS/<preset>-<game>-s
 after another, with a checkpoint and an evaluation (32 whole games at epsilon 0.001) every
 ``--eval-every`` updates (61 updates of 4,096 agent steps: about 1M frames). Run it again after an
 interruption and each run goes on from its newest checkpoint (a finished run is skipped), so it can
-run in slices, e.g. ``--max-seconds 540`` on a machine lent for ten minutes at a time (``make
+run in slices, e.g. ``--max-seconds 540`` where a GPU's time comes ten minutes at a time (``make
 bench-device PART=atari BUDGET=540``: 40M frames on a GPU, a slice a call). Keep the run
 folders outside the repository: they hold checkpoints.
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -71,14 +72,49 @@ def train(args: argparse.Namespace) -> int:
                       f"epsilon {float(row['epsilon']):.3f} loss {float(row['loss']):.4f}", flush=True)
 
         print(f"{folder}: {'resuming' if resume else 'starting'} {config}", flush=True)
+        call_began = time.time()
         result = pqn.train(config, folder, log_every=1, checkpoint_every=args.eval_every, eval_every=args.eval_every,
                            resume=resume, progress=False, on_metrics=show, stop_after_s=None if deadline is None
                            else max(0.0, deadline - time.time()))
+        record_call(folder, call_began, result.summary)
         print(f"{folder}: {json.dumps(result.summary)}", flush=True)
         if "stopped_at_update" in result.summary or (deadline is not None and time.time() >= deadline):
             print(f"stopped at the budget of {args.max_seconds:.0f} s: the same command goes on", flush=True)
             return 0
     return 0
+
+
+def record_call(folder: Path, began: float, summary: dict) -> None:
+    """One line in the run folder's calls.jsonl per call of ``train`` that ended at a checkpoint: a run trained
+    in several calls has its time in several summaries (summary.json holds the last call's only)."""
+    call = {"began": began, "ended": time.time(), "updates_to": summary.get("stopped_at_update", summary.get("updates")),
+            "steps_run": steps_this_call(summary), "compile_s": summary.get("compile_s"), "run_s": summary.get("run_s")}
+    with open(folder / "calls.jsonl", "a") as out:
+        out.write(json.dumps(call) + "\n")
+
+
+def steps_this_call(summary: dict) -> int | None:
+    """The agent steps one call ran: its rate times its run seconds (the summary's rate divides by these)."""
+    if summary.get("steps_per_second") is None or summary.get("run_s") is None:
+        return None
+    return round(summary["steps_per_second"] * summary["run_s"])
+
+
+def training_time(folder: Path, summary: dict) -> tuple[float | None, float | None, int]:
+    """(compiled chunks' seconds, first start to last end in seconds, calls) over every call of a run.
+
+    A run finished in one call: its summary (compile and run seconds) and its folder's files' times. A run
+    resumed: the calls ``train`` recorded (calls.jsonl); a call killed before a checkpoint left no line, so
+    where the recorded calls do not cover every step, both times are None (not recorded)."""
+    this_call = steps_this_call(summary)
+    if this_call is not None and abs(this_call - summary["timesteps"]) <= 0.01 * summary["timesteps"]:
+        wall = (folder / "summary.json").stat().st_mtime - (folder / "config.json").stat().st_mtime
+        return summary["compile_s"] + summary["run_s"], wall, 1
+    path = folder / "calls.jsonl"
+    calls = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    if abs(sum(call["steps_run"] or 0 for call in calls) - summary["timesteps"]) > 0.01 * summary["timesteps"]:
+        return None, None, len(calls)
+    return (sum(call["compile_s"] + call["run_s"] for call in calls), calls[-1]["ended"] - calls[0]["began"], len(calls))
 
 
 def block_returns(rows: list[dict]) -> list[dict]:
@@ -105,7 +141,7 @@ def read_run(folder: Path) -> dict:
     evaluations = [{"frames": row["timesteps"] * FRAMES_PER_STEP, "mean_return": round(row["eval_return_mean"], 3),
                     "std": round(row["eval_return_std"], 3), "games": row["eval_episodes"]}
                    for row in rows if "eval_return_mean" in row]
-    wall_s = (folder / "summary.json").stat().st_mtime - (folder / "config.json").stat().st_mtime
+    train_s, wall_s, calls = training_time(folder, summary)
     frames = summary["timesteps"] * FRAMES_PER_STEP
     return {
         "seed": config["seed"],
@@ -114,9 +150,10 @@ def read_run(folder: Path) -> dict:
         "evaluations": evaluations,
         "final_evaluation": {"mean_return": round(summary["eval_return_mean"], 3), "std": round(summary["eval_return_std"], 3),
                              "games": summary["eval_episodes"], "random_return": round(summary["random_return_mean"], 3)},
-        "train_s": round(summary["run_s"] + summary["compile_s"], 1),
-        "wall_s": round(wall_s, 1),
-        "agent_steps_per_s": summary["steps_per_second"],
+        "calls": calls,
+        "train_s": None if train_s is None else round(train_s, 1),
+        "wall_s": None if wall_s is None else round(wall_s, 1),
+        "agent_steps_per_s": None if train_s is None else round(summary["timesteps"] / train_s, 1),
         "env_stepping": summary["env_stepping"],
         "games": sum(row.get("episodes", 0) or 0 for row in rows),
     }
@@ -136,17 +173,18 @@ def curve(args: argparse.Namespace) -> int:
     data = {
         "command": f"python benchmarks/atari.py train --runs RUNS --seeds {' '.join(str(r['seed']) for r in runs)}"
                    + ("" if args.preset == "atari" else f" --preset {args.preset}"),
-        "machine": args.machine or machine_description()["processor"],
+        "machine": args.machine or machine_description()["label"],
         "jax": jax.__version__,
         "ale_py": importlib.metadata.version("ale-py"),
         "date": args.date or time.strftime("%Y-%m-%d", time.localtime((folders[-1] / "summary.json").stat().st_mtime)),
         "env_id": config["env_id"],
         "preset": args.preset,
         "protocol": "a lost life terminal for learning, rewards clipped to [-1, 1] for learning, no sticky actions, "
-                    "up to 30 no-op actions after a reset" if config["life_loss_terminal"] else
+                    "FIRE and 0 to 28 no-op actions after a reset" if config["life_loss_terminal"] else
                     "sticky actions 0.25, no life-loss terminal, rewards clipped to [-1, 1] for learning",
         "protocol_short": "purejaxql's protocol" if config["life_loss_terminal"] else "Dopamine's protocol",
         "eval_epsilon": config["eval_epsilon"],
+        "beside": args.beside,
         "config": config,
         "runs": runs,
     }
@@ -169,6 +207,8 @@ def speed(args: argparse.Namespace) -> int:
     from labcore.agents.pqn import core as pqn
     from labcore.envs.ale_jax import AtariJaxEnv
     from labcore.tools.benchmarking import time_call, write_results
+
+    load_before = os.getloadavg()[0]
 
     config = getattr(pqn.PQNConfig, args.preset)(args.env)
     agent = pqn.make_pqn(config)
@@ -194,6 +234,17 @@ def speed(args: argparse.Namespace) -> int:
     learn = jax.jit(agent.learn)
     learn_s = time_call(learn, runner.params, runner.opt_state, data, jax.random.key(1), warmup=1, repeats=repeats).median_s
     row("learning", learn_s, learn_s, "2 epochs x 32 minibatch steps of 128 frames (random frames)")
+    if args.plain_conv:  # the same learning, traced with JAX's own convolution gradients (labcore.nets.conv)
+        from labcore import devices
+
+        # conv2d takes lax's convolution, as it does for a GPU; a new agent, so that its functions are traced
+        # afresh (JAX reuses a function's trace, and agent.learn's was made with labcore's convolution)
+        with devices.compiling_for("gpu"):
+            plain_agent = pqn.make_pqn(config)
+            plain = jax.jit(plain_agent.learn).lower(runner.params, runner.opt_state, data, jax.random.key(1)).compile()
+        plain_s = time_call(plain, runner.params, runner.opt_state, data, jax.random.key(1), warmup=0, repeats=1).median_s
+        row("learning, JAX's own convolution gradients", plain_s, plain_s,
+            "the same, with lax's convolution and its automatic gradient (non-canonical inside the loop)")
     # floors: the games alone (random actions, the same stepping), the acting network alone
     games = AtariJaxEnv(pqn.atari_settings(config), config.env_stepping)
 
@@ -228,7 +279,9 @@ def speed(args: argparse.Namespace) -> int:
                  "ms per agent step": round(1000 * dqn_per_step, 3),
                  "what": f"one update on 32 frames every {dqn_config.train_frequency} agent steps, a forward on 1 frame each step"})
     extra = {"preset": args.preset, "env_id": args.env, "agent_steps_per_update": steps,
-             "pqn_agent_steps_per_s": round(steps / full, 1), "env_floor_agent_steps_per_s": round(steps / env_s, 1)}
+             "pqn_agent_steps_per_s": round(steps / full, 1), "env_floor_agent_steps_per_s": round(steps / env_s, 1),
+             # what else the machine ran: the 1-minute load average before and after (2 cores: 2.0 is both busy)
+             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     write_results("atari_speed", rows, extra=extra)
     return 0
 
@@ -252,11 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     measure.add_argument("--preset", default="atari", choices=("atari", "atari_dopamine"))
     measure.add_argument("--env", default="ALE/Breakout-v5")
     measure.add_argument("--repeats", type=int, default=3)
+    measure.add_argument("--plain-conv", action=argparse.BooleanOptionalAction, default=True,
+                         help="also time the learning with JAX's own convolution gradients (minutes on a CPU)")
     record = commands.add_parser("curve", help="the recorded curve the results page and lesson 12 read")
     record.add_argument("--runs", type=Path, required=True)
     record.add_argument("--preset", default="atari", choices=("atari", "atari_dopamine"))
     record.add_argument("--speed", type=Path, default=None, help="benchmarks/results/atari_speed.json to fold in")
-    record.add_argument("--machine", default=None, help="the machine's name in words (default: its processor)")
+    record.add_argument("--beside", default=None, help="what else ran on the machine during the runs, in words "
+                        "(the time table says it)")
+    record.add_argument("--machine", default=None, help="the machine in words (default: its CPU model, cores and accelerator)")
     record.add_argument("--date", default=None)
     record.add_argument("--out", type=Path, default=RECORDED)
     args = parser.parse_args(argv)

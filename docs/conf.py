@@ -16,6 +16,7 @@ import sys
 DOCS = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS / "tooling"))
 
+import atari_page  # noqa: E402  (docs/tooling: the Atari results page's tables and figure)
 import labcore  # noqa: E402
 import site_facts  # noqa: E402  (docs/tooling: where the repository and the site live)
 
@@ -35,7 +36,7 @@ extensions = [
     "api_docstrings",  # docs/tooling: labcore's docstrings (shapes, indented examples) as reST
 ]
 
-exclude_patterns = ["_build", "_templates", "tooling", "README.md", "**.ipynb_checkpoints", "jupyter_execute"]
+exclude_patterns = ["_build", "_generated", "_templates", "tooling", "README.md", "**.ipynb_checkpoints", "jupyter_execute"]
 # ".rst" first: autosummary writes its generated pages with the first suffix registered for reST
 # (Sphinx 9 looks the parser up by suffix), and they are reST.
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -46,6 +47,9 @@ nb_execution_mode = "off"
 nb_merge_streams = True
 myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath", "deflist", "substitution"]
 myst_heading_anchors = 3
+# Pages rendered from recorded runs: the Atari results page's numbers and figure (docs/tooling/atari_page.py)
+myst_substitutions = atari_page.substitutions()
+atari_page.write_figure(DOCS / "_generated" / "atari_breakout.png")
 
 # Citations: one bibliography (docs/references.bib), author-year in the text.
 bibtex_bibfiles = ["references.bib"]

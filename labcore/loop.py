@@ -18,9 +18,8 @@ the newest intact checkpoint, and ends with evaluation, ``summary.json`` and ``m
 ``eval_every`` adds evaluations while training (logged as rows at their update); ``stop_after_s``
 stops at a checkpoint before a time budget runs out, and the same call with ``resume`` goes on.
 PPO, PQN, the jitted DQN, the all-JAX GFlowNet trainer and IQN's fused mode run on it
-(``labcore.agents.<algo>.train``),
-and so does the data-parallel DQN over every device of several processes
-(``labcore.agents.dqn.multi_process``: process 0 writes the folder, every process the checkpoints).
+(``labcore.agents.<algo>.train``), and so does the data-parallel DQN over every device of several
+processes (``labcore.agents.dqn.multi_process``: process 0 writes the folder, every process the checkpoints).
 
 **Units.** ``log_every`` and ``checkpoint_every`` count *updates*: one pass of the program's loop,
 ``steps_per_update`` env steps and one learning step (PPO, PQN: one rollout and its epochs of
@@ -239,9 +238,9 @@ def train(
     metrics.csv keeps the training columns), before that chunk's checkpoint, so a resumed run
     evaluates again what its checkpoint did not hold.
     stop_after_s: stop at a checkpoint, as if interrupted there, when one more chunk (timed as the
-    last one took, its evaluation included) would end past this many seconds from the call: a long
-    run in slices where a machine's time is limited (a job's time limit) (``resume=True`` goes on). A stopped run
-    writes no evaluation, summary.json or plot; the result's summary is ``{"stopped_at_update": n}``.
+    last, its evaluation included) would end past this many seconds from the call, for a job's time
+    limit (``resume=True`` goes on). A stopped run writes no evaluation, summary.json or plot; its
+    result's summary is ``stopped_at_update`` and this call's times (updates, compile, run, rate).
 
     seeds: train that many seeds at once, ``config.seed``, ``config.seed + 1``, ... in one
     ``jax.vmap``; seed i ends where a run of ``config.seed + i`` alone ends, to float rounding
@@ -305,6 +304,12 @@ def train(
     compile_s = run_s = 0.0
     checked: dict[str, Any] = {}
     done = first_update  # counted here: reading it from a state of several seeds would copy every leaf
+
+    def summarize_call(rows):
+        return run_summary(config, rows, updates=done, steps=done * program.steps_per_update,
+                           steps_run=(done - first_update) * program.steps_per_update * (seeds or 1), compile_s=compile_s,
+                           run_s=run_s, seeds=seeds, unit=program.unit, unit_plural=program.unit_plural)
+
     chunk_began = time.perf_counter()
     for chunk in chunks(program, state, sizes, seeds=seeds):
         state, compile_s, run_s = chunk.state, compile_s + chunk.compile_s, run_s + chunk.run_s
@@ -322,15 +327,13 @@ def train(
             if stop_after_s is not None and done < program.num_updates and now + (now - chunk_began) - started > stop_after_s:
                 bar.close()
                 run.finish()
-                return RunResult.of_run(config, state, run, {"stopped_at_update": done})
+                # this call's times, so that a run trained in slices can add its calls up
+                return RunResult.of_run(config, state, run, {"stopped_at_update": done, **summarize_call([])})
         chunk_began = time.perf_counter()
     bar.close()
 
     rows = run.history()
-    summary = run_summary(config, rows, updates=done, steps=done * program.steps_per_update,
-                          steps_run=(done - first_update) * program.steps_per_update * (seeds or 1),
-                          compile_s=compile_s, run_s=run_s, seeds=seeds, unit=program.unit,
-                          unit_plural=program.unit_plural)
+    summary = summarize_call(rows)
     if program.summarize is not None:
         summary.update(program.summarize(rows))
     summary.update(checked)

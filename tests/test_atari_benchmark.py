@@ -41,6 +41,13 @@ def test_the_long_run_goes_in_slices_then_leaves_its_curve(tmp_path):
     assert run["frames"] == 6 * 64 * 4 and [e["frames"] for e in run["evaluations"]] == [2 * 256, 4 * 256, 6 * 256]
     assert all(block["games"] > 0 for block in run["blocks"]) and curve["machine"] == "a test machine"
     assert curve["protocol_short"] == "purejaxql's protocol" and curve["config"]["num_envs"] == 8
+    # trained in three calls: the time is every call's (summary.json holds the last call's only)
+    calls = [json.loads(line) for line in (folder / "calls.jsonl").read_text().splitlines()]
+    assert run["calls"] == len(calls) == 3 and [call["updates_to"] for call in calls] == [2, 4, 6]
+    # each call's steps are its rate (rounded to 0.1 step/s) times its seconds: exact to within a step or two
+    assert sum(call["steps_run"] for call in calls) == pytest.approx(6 * 64, abs=3)
+    assert run["train_s"] == pytest.approx(sum(call["compile_s"] + call["run_s"] for call in calls), abs=0.2)
+    assert run["train_s"] > summary["compile_s"] + summary["run_s"] and run["wall_s"] >= run["train_s"]
 
 
 def test_block_returns_weight_each_update_by_its_games():

@@ -5,9 +5,10 @@ numbers are canonical (NHWC input, HWIO kernel, NHWC output); its pass that rewr
 that form (``ConvCanonicalization``, xla/service/cpu/conv_canonicalization.h: "all top-level
 convolutions") visits the program's top level only. The convolutions that ``jax.grad`` derives from
 a forward one are not canonical (the weight gradient contracts over the batch), so inside a
-``lax.scan`` (an epoch of minibatch steps) they fall back to a plain loop nest: 7.9 s against 0.2 s
-for the Nature network's gradient on 128 frames, measured on a 2-core x86 CPU with jax 0.10.2
-(tests/test_q_networks.py holds the loop's program to canonical convolutions).
+``lax.scan`` (an epoch of minibatch steps) they fall back to a plain loop nest: PQN's 64 minibatch
+steps of an Atari update took 130 s that way against 8.1 s with this module's convolution
+(``benchmarks/atari.py speed``, a 2-core Intel Xeon, jax 0.10.2, 2026-11-29; docs/results/atari.md).
+tests/test_q_networks.py holds the loop's program to canonical convolutions.
 
 ``conv2d`` computes the same forward convolution and defines its gradient with the transposes
 written out, so that every convolution XLA sees is canonical wherever it sits. On a CPU it gives

@@ -30,16 +30,20 @@ def block_means(runs: list[dict[str, Any]]) -> tuple[list[int], list[float], lis
 
 
 def atari_figure(data: dict[str, Any], ax: Any = None, dopamine: bool = True):
-    """PQN's recorded Breakout curve (the mean training return of each 1M-frame block, the range over
-    seeds shaded, the evaluations dotted) beside Dopamine's agents at the same frames."""
+    """PQN's recorded Breakout curve (the mean training return of each 1M-frame block, over the seeds with
+    their range shaded where there are several, the first seed's evaluations dotted) beside Dopamine's
+    agents at the same frames."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 4.5))
     frames, mean, low, high = block_means(data["runs"])
     millions = [f / 1e6 for f in frames]
-    ax.plot(millions, mean, "o-", color="black", lw=2.5, label=f"PQN, {data['protocol_short']} ({len(data['runs'])} seed(s))")
-    ax.fill_between(millions, low, high, color="black", alpha=0.15)
+    seeds = [run["seed"] for run in data["runs"]]
+    said = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of {len(seeds)} seeds, their range shaded"
+    ax.plot(millions, mean, "o-", color="black", lw=2.5, label=f"PQN, {data['protocol_short']} ({said})")
+    if len(seeds) > 1:
+        ax.fill_between(millions, low, high, color="black", alpha=0.15)
     evaluations = [(e["frames"] / 1e6, e["mean_return"]) for e in data["runs"][0]["evaluations"]]
     if evaluations:
         ax.plot(*zip(*evaluations), ":", color="black", label=f"PQN evaluation, seed {data['runs'][0]['seed']} (epsilon {data['eval_epsilon']})")
@@ -48,7 +52,8 @@ def atari_figure(data: dict[str, Any], ax: Any = None, dopamine: bool = True):
             ax.plot([f / 1e6 for f, *_ in curve], [m for _, m, _, _ in curve], "--", lw=1.2, label=f"Dopamine {agent}")
     ax.set_xlabel("frames (millions)")
     ax.set_ylabel("mean return of the training games\nin each 1M-frame block")
-    ax.set_title("Breakout: PQN on a 2-core CPU beside Dopamine's agents (sticky actions)")
+    ax.set_title(f"Breakout: PQN ({data['machine'].split(';')[0]}, JAX {data['jax']}, {data['date']}) beside Dopamine's "
+                 f"agents (sticky actions)", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
     return ax
