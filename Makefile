@@ -170,9 +170,9 @@ PART ?=
 BENCH_ARGS ?=
 #
 # PART=atari instead: PQN's Atari preset on Breakout for ATARI_FRAMES frames (40M), one run folder
-# in ATARI_RUNS that each call goes on with (benchmarks/atari.py train), so that a machine lent for
-# ten minutes at a time finishes it a BUDGET-second slice a call; the folder holds its checkpoints
-# (carry it from one machine to the next).
+# in ATARI_RUNS that each call goes on with (benchmarks/atari.py train), so that a job with a time
+# limit finishes it a BUDGET-second slice a call; the folder holds its checkpoints (carry it from
+# one machine to the next).
 ATARI_RUNS ?= runs/atari
 ATARI_FRAMES ?= 40000000
 bench-device: $(PACKAGE_STAMP)

@@ -180,9 +180,10 @@ def curve(args: argparse.Namespace) -> int:
         "env_id": config["env_id"],
         "preset": args.preset,
         "protocol": "a lost life terminal for learning, rewards clipped to [-1, 1] for learning, no sticky actions, "
-                    "FIRE and 0 to 28 no-op actions after a reset" if config["life_loss_terminal"] else
-                    "sticky actions 0.25, no life-loss terminal, rewards clipped to [-1, 1] for learning",
-        "protocol_short": "purejaxql's protocol" if config["life_loss_terminal"] else "Dopamine's protocol",
+                    "FIRE and then 0 to 28 no-op actions when a game starts" if config["life_loss_terminal"] else
+                    "sticky actions 0.25, no life-loss terminal, rewards clipped to [-1, 1] for learning, "
+                    "FIRE and then 0 to 28 no-op actions when a game starts",
+        "protocol_short": "a lost life terminal" if config["life_loss_terminal"] else "sticky actions, whole games",
         "eval_epsilon": config["eval_epsilon"],
         "beside": args.beside,
         "config": config,

@@ -40,7 +40,7 @@ def test_the_long_run_goes_in_slices_then_leaves_its_curve(tmp_path):
     (run,) = curve["runs"]
     assert run["frames"] == 6 * 64 * 4 and [e["frames"] for e in run["evaluations"]] == [2 * 256, 4 * 256, 6 * 256]
     assert all(block["games"] > 0 for block in run["blocks"]) and curve["machine"] == "a test machine"
-    assert curve["protocol_short"] == "purejaxql's protocol" and curve["config"]["num_envs"] == 8
+    assert curve["protocol_short"] == "a lost life terminal" and curve["config"]["num_envs"] == 8
     # trained in three calls: the time is every call's (summary.json holds the last call's only)
     calls = [json.loads(line) for line in (folder / "calls.jsonl").read_text().splitlines()]
     assert run["calls"] == len(calls) == 3 and [call["updates_to"] for call in calls] == [2, 4, 6]

@@ -33,7 +33,7 @@ def _seeds(data: dict[str, Any]) -> str:
 
 
 def run_line(data: dict[str, Any]) -> str:
-    beside = f" Beside the runs: {data['beside']}." if data.get("beside") else ""
+    beside = f" Beside the run{'s' if len(data['runs']) > 1 else ''}: {data['beside']}." if data.get("beside") else ""
     order = "" if len(data["runs"]) == 1 else ", each run one after the other"
     return (f"`{data['command']}` ({_seeds(data)}){order} on {data['machine']}, JAX {data['jax']}, "
             f"ale-py {data['ale_py']}, finished {data['date']}.{beside}")
@@ -82,8 +82,12 @@ def final_sentence(data: dict[str, Any]) -> str:
             else f"above {len(below)} of Dopamine's six agents in the same block ({'; '.join(below)}) and below "
                  f"{len(above)} ({'; '.join(above)})")
     spread = "" if len(data["runs"]) == 1 else f", from {low[b]:.1f} to {high[b]:.1f}"
+    best = theirs[0][1]
+    _, _, best_low, best_high = next(point for point in published.DOPAMINE_BREAKOUT[best] if point[0] == frames[b])
     return (f"In the block to {frames[b]:,} frames PQN's training games returned {mean[b]:.1f} on average "
-            f"({_seeds(data)}{spread}), {said}, Dopamine's under its own protocol (below).")
+            f"({_seeds(data)}{spread}), {said}. Dopamine's values are each the mean of five runs ({best}'s five: "
+            f"{best_low:.1f} to {best_high:.1f}), under Dopamine's own protocol, which differs from this run's (below): "
+            f"not like for like.")
 
 
 def evaluations_table(data: dict[str, Any]) -> str:
@@ -113,12 +117,26 @@ def time_table(data: dict[str, Any]) -> str:
     return _table(header, rows)
 
 
+def time_note(data: dict[str, Any]) -> str:
+    """What the time table's rates are beside the speed table's, measured apart from the run."""
+    speed = data.get("speed")
+    if speed is None or not data.get("beside"):
+        return ""
+    update = next(row for row in speed["rows"] if row["part"] == "PQN update")
+    steps = 1000 / update["ms per agent step"]
+    return (f"The run shared the machine (above), so these rates are lower bounds; one update timed apart from it "
+            f"took {update['per update (s)']:.2f} s, {steps:,.0f} agent steps/s (the speed table below).")
+
+
 def speed_table(data: dict[str, Any]) -> str:
     speed = data.get("speed")
     if speed is None:
         return "(not measured with this run)"
     header = ["part", "seconds per update", "ms per agent step", "what it is"]
-    rows = [[row["part"], "" if row["per update (s)"] is None else f"{row['per update (s)']:.2f}",
+    shown = {"floors: games + acting + learning": "games floor + acting floor + learning"}
+    once = "learning, JAX's own convolution gradients"  # timed once: it takes minutes
+    rows = [[shown.get(row["part"], row["part"]) + (" (one timing)" if row["part"] == once else ""),
+             "" if row["per update (s)"] is None else f"{row['per update (s)']:.2f}",
              f"{row['ms per agent step']:.2f}", row["what"]] for row in speed["rows"]]
     return _table(header, rows)
 
@@ -144,18 +162,23 @@ def speed_reading(data: dict[str, Any]) -> str:
     games, acting = parts["floor: the games"]["per update (s)"], parts["floor: acting"]["per update (s)"]
     dqn = parts["DQN (atari_short)"]["ms per agent step"]
     pqn = parts["PQN update"]["ms per agent step"]
-    text = (f"One update took {update:.2f} s. The rollout, {rollout:.2f} s ({100 * rollout / update:.0f}%), stands against "
-            f"its floor of {games + acting:.2f} s: the games alone with random actions ({games:.2f} s, ALE's throughput on "
-            f"these cores) and the acting forwards alone ({acting:.2f} s). The learning, the network's minibatch steps "
-            f"alone on the same number of frames, took {learning:.2f} s ({100 * learning / update:.0f}% of the update). The "
-            f"update is {update / (games + acting + learning):.2f}x the sum of the three. DQN's network costs "
+    rest = update - rollout - learning
+    text = (f"One update took {update:.2f} s. The rollout, {rollout:.2f} s ({100 * rollout / update:.0f}%), is "
+            f"{rollout / (games + acting):.1f}x its floor of {games + acting:.2f} s: the games alone with random actions "
+            f"({games:.2f} s, ALE's throughput on these cores) and the acting forwards alone ({acting:.2f} s). The "
+            f"learning, the network's minibatch steps alone on the same number of frames, took {learning:.2f} s "
+            f"({100 * learning / update:.0f}% of the update). The update is {update / (games + acting + learning):.2f}x the "
+            f"sum of the three; the {rest:.2f} s that the rollout and the learning timed apart do not cover (the lambda-return "
+            f"targets among it) is not timed on its own. DQN's network costs "
             f"{dqn:.1f} ms per agent step here, PQN's whole update {pqn:.2f} ms: {dqn / pqn:.1f}x.")
     if "learning, JAX's own convolution gradients" in parts:
         plain = parts["learning, JAX's own convolution gradients"]["per update (s)"]
         text += (f" With JAX's own gradients of the convolutions instead of labcore.nets.conv's, the same learning "
-                 f"took {plain:.1f} s, {plain / learning:.1f}x (`labcore.nets.conv` gives the cause: XLA's CPU backend "
-                 f"rewrites convolutions into the form its Eigen kernels take only at a program's top level, so inside "
-                 f"the epochs' loop JAX's own gradients run as plain loop nests).")
+                 f"took {plain:.1f} s, {plain / learning:.1f}x. The reason, with the XLA source it rests on, is in "
+                 f"`labcore.nets.conv`'s docstring: XLA's CPU backend rewrites convolutions into the form its Eigen "
+                 f"kernels take only at a program's top level, and the convolutions of JAX's own gradients are not in "
+                 f"that form; `tests/test_q_networks.py` checks that the epochs' loop of labcore's program holds only "
+                 f"convolutions in that form.")
     return text
 
 
@@ -171,6 +194,10 @@ def substitutions() -> dict[str, str]:
         "atari_final": final_sentence(data),
         "atari_evaluations": evaluations_table(data),
         "atari_time": time_table(data),
+        "atari_time_note": time_note(data),
+        "atari_sources": (f"- Dopamine's data ({{py:mod}}`labcore.course.published`, `DOPAMINE_BREAKOUT_SOURCE`): "
+                          f"{published.DOPAMINE_BREAKOUT_SOURCE}\n- CleanRL's PQN (`CLEANRL_PQN_BREAKOUT_SOURCE`): "
+                          f"{published.CLEANRL_PQN_BREAKOUT_SOURCE}"),
         "atari_speed_line": speed_line(data),
         "atari_speed": speed_table(data),
         "atari_speed_reading": speed_reading(data),

@@ -79,7 +79,7 @@ DOPAMINE_BREAKOUT_SOURCE = (
     "change, 2021-08-24): for each of six agents, five runs of 199 iterations; an iteration is 250,000 "
     "agent steps (1M frames) and its value the mean undiscounted return of the training games it "
     "finished (epsilon-greedy, sticky actions with probability 0.25, a game all its lives, capped at "
-    "27,000 agent steps). Below, the first 10 iterations: the mean over the five runs and their range."
+    "27,000 agent steps). DOPAMINE_BREAKOUT holds the first 10 iterations: the mean over the five runs and their range."
 )
 
 # agent -> ((frames at the end of the iteration, mean of the 5 runs, lowest run, highest run), ...),

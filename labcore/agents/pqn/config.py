@@ -29,8 +29,8 @@ class PQNConfig:
     Defaults: CartPole-v1 at the sizes of purejaxql's ``pqn_cartpole.yaml`` (32 envs x 64 steps,
     lambda 0.95; ``cartpole`` says where labcore differs), 2 x 128 units with LayerNorm;
     ``PQNConfig.minatar(env_id)`` gives the paper's MinAtar settings, ``PQNConfig.atari(env_id)``
-    purejaxql's Atari settings on ALE's vector env and ``PQNConfig.atari_dopamine`` the same under
-    Dopamine's protocol.
+    purejaxql's Atari settings on ALE's vector env and ``PQNConfig.atari_dopamine`` the same with
+    Dopamine's sticky actions and whole-game learning.
     """
 
     env_id: str = "CartPole-v1"
@@ -167,12 +167,13 @@ class PQNConfig:
     def atari(cls, env_id: str = "ALE/Breakout-v5", **overrides: Any) -> PQNConfig:
         """purejaxql's Atari settings (``purejaxql/config/alg/pqn_atari.yaml`` at 0436c80): 128 envs x 32 steps,
         2 epochs of 32 minibatches, lambda 0.65, RAdam at 2.5e-4 without decay, max grad norm 10,
-        epsilon 1 -> 0.001 over the first 10% of training, the Nature network with LayerNorm, and its
-        envpool protocol: a lost life terminal, rewards clipped, no sticky actions, FIRE and 0 to 28
-        no-ops after a reset (ALE's draw for noop_max 30, the FIRE counted as one).
-        2.5M agent steps = 10M frames (purejaxql's runs are 1e7 agent steps, 40M frames). Evaluation:
-        32 whole games, unclipped, at epsilon 0.001 (Dopamine's evaluation epsilon: a greedy agent
-        can wait for ever to serve in Breakout, until ALE truncates the game at 27,000 steps)."""
+        epsilon 1 -> 0.001 over the first 10% of training, the Nature network with LayerNorm, and, as
+        purejaxql trains, a lost life terminal, rewards clipped and no sticky actions. ALE's vector env
+        presses FIRE and then plays 0 to 28 no-ops when a game starts (its draw for noop_max 30 counts
+        the FIRE as one; ``src/ale/vector/preprocessed_env.cpp`` of ALE v0.12.1).
+        2.5M agent steps = 10M frames (purejaxql's runs are 1e7 agent steps, 40M frames, so its epsilon
+        decays over 4M frames, this preset's over 1M). Evaluation: 32 whole games, unclipped, at epsilon
+        0.001 (Dopamine's evaluation epsilon), cut at 27,000 agent steps as ALE's v5 games are."""
         settings = dict(
             env_id=env_id,
             network="nature_cnn",

@@ -51,7 +51,7 @@ def atari_figure(data: dict[str, Any], ax: Any = None, dopamine: bool = True):
         for agent, curve in published.DOPAMINE_BREAKOUT.items():
             ax.plot([f / 1e6 for f, *_ in curve], [m for _, m, _, _ in curve], "--", lw=1.2, label=f"Dopamine {agent}")
     ax.set_xlabel("frames (millions)")
-    ax.set_ylabel("mean return of the training games\nin each 1M-frame block")
+    ax.set_ylabel("return: the training games' mean in each\n1M-frame block (dotted: the evaluations)")
     ax.set_title(f"Breakout: PQN ({data['machine'].split(';')[0]}, JAX {data['jax']}, {data['date']}) beside Dopamine's "
                  f"agents (sticky actions)", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
