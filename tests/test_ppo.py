@@ -315,6 +315,19 @@ def test_ppo_learns_cartpole():
     assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 150, returns
 
 
+def test_ppo_trains_on_minatar_grids_through_the_flattened_actor_critic():
+    """MinAtar's observations are [10, 10, C] grids: the actor-critic flattens them (as Rejax's MLP and labcore's
+    MLP Q-network do), so PPO runs on them, and a grid and its flattened copy get the same logits and value."""
+    config = ppo.PPOConfig(env_id="Breakout-MinAtar", num_envs=8, num_steps=16, total_steps=2_048, hidden_size=32,
+                           num_minibatches=2, update_epochs=1)
+    agent = ppo.make_ppo(config)
+    runner, metrics = jax.jit(agent.train)(jax.random.key(0))
+    assert np.isfinite(np.asarray(metrics["value_loss"])).all() and np.isfinite(np.asarray(metrics["policy_loss"])).all()
+    grids = jax.random.uniform(jax.random.key(1), (3, 10, 10, 4))
+    for got, want in zip(agent.network.apply(runner.params, grids), agent.network.apply(runner.params, grids.reshape(3, -1))):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 @pytest.mark.end_to_end
 def test_run_driver_resumes_an_interrupted_run_exactly(tmp_path):
     from labcore.agents.ppo import run as ppo_run

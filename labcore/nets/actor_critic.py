@@ -30,7 +30,8 @@ ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
 class ActorCritic(nnx.Module):
-    """obs [B, obs_size] -> (logits [B, num_actions], value [B]), float32 out whatever ``dtype``."""
+    """obs [B, obs_size] (or [B, ...] of obs_size values, flattened: MinAtar's grids) -> (logits [B, num_actions],
+    value [B]), float32 out whatever ``dtype``."""
 
     def __init__(self, obs_size: int, num_actions: int, hidden_size: int = 256, num_layers: int = 2,
                  activation: str = "tanh", dtype: jnp.dtype = jnp.float32, *, rngs: nnx.Rngs):
@@ -57,7 +58,7 @@ class ActorCritic(nnx.Module):
         return x
 
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = obs.astype(self.dtype)
+        x = obs.reshape(obs.shape[0], -1).astype(self.dtype)
         logits = self.policy(self.trunk(x, "actor"))
         value = self.value(self.trunk(x, "critic"))
         # float32 out: the softmax, log-probabilities, ratios and the loss are computed in float32

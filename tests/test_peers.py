@@ -1,0 +1,59 @@
+"""benchmarks/peers.py's harness, run at a tiny budget against Rejax in its own environment, so that the
+comparison cannot rot: the peer's environment is built pinned (once; about a minute), both sides train the
+same pair in processes of their own, the same evaluation scores both, and the row says what was compared.
+SBX, which pulls in Stable-Baselines3 and PyTorch, is not run here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.several_processes
+
+
+def load_peers():
+    spec = importlib.util.spec_from_file_location("peers", REPO / "benchmarks" / "peers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["peers"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_pair_translates_both_sides_to_the_same_step_counts_and_says_what_differs():
+    peers = load_peers()
+    for pair in peers.PAIRS:
+        ours, theirs = (pair.labcore[pair.total_steps_field[0]], pair.peer_config[pair.total_steps_field[1]])
+        assert ours == theirs, pair.name
+        assert pair.unmatched and pair.source and pair.peer in peers.peers()
+        tiny = pair.scaled(0.02)
+        assert tiny.labcore[pair.total_steps_field[0]] == tiny.peer_config[pair.total_steps_field[1]], pair.name
+    assert any(128 in pair.agents for pair in peers.PAIRS)  # the many-agents row
+    assert peers.UNMATCHED_ALGORITHMS  # IQN is said, not dropped
+
+
+def test_the_harness_times_labcore_beside_rejax_in_its_own_environment(tmp_path):
+    peers = load_peers()
+    rejax = peers.peers()["rejax"]
+    python = peers.setup(rejax)
+    assert python != pathlib.Path(sys.executable) and rejax.ready()
+    command = [sys.executable, str(REPO / "benchmarks" / "peers.py"), "run", "--pairs", "ppo-cartpole-rejax",
+               "--agents", "1", "--rounds", "1", "--scale", "0.02", "--out", str(tmp_path)]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    record = json.loads((tmp_path / "peers.json").read_text())
+    (row,) = record["rows"]
+    ours, theirs = row["runs"]["labcore"][0], row["runs"]["rejax"][0]
+    assert ours["steps"] == theirs["steps"] == 2_000  # 100k steps x 0.02: the same work on both sides
+    assert theirs["versions"]["rejax"] == "0.1.3" and theirs["versions"]["jax"] == ours["versions"]["jax"]
+    for side in (ours, theirs):
+        assert side["compile_s"] > 0 and side["steps_per_s"] > 0 and math.isfinite(side["return_mean"])
+        assert 8 <= side["return_mean"] <= 500  # CartPole's greedy episodes, scored by the same code
+    assert row["ratios"][0] == pytest.approx(ours["steps_per_s"] / theirs["steps_per_s"])
+    assert row["unmatched"] and "rejax==0.1.3" in record["peers"]["rejax"]
