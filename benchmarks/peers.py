@@ -150,16 +150,23 @@ PPO_DIFFERENCES = (
     "initial weights: labcore orthogonal (PureJaxRL's); Rejax Flax's default",
 )
 
+def rejax_ppo_sides(env_id: str, *, num_envs: int, num_steps: int, total_steps: int, learning_rate: float, gamma: float,
+                    epochs: int, minibatches: int, max_grad_norm: float) -> dict[str, dict]:
+    """One set of PPO settings written as both sides of a Rejax pair (labcore's PPOConfig fields, Rejax's PPO
+    fields); the fixed rest (lambda 0.95, clip 0.2, vf 0.5, entropy 0.01, a 64 x 2 tanh MLP) is the same on both."""
+    shared = dict(gae_lambda=0.95, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, gamma=gamma, num_envs=num_envs,
+                  num_steps=num_steps, num_minibatches=minibatches, learning_rate=learning_rate, max_grad_norm=max_grad_norm)
+    return {"labcore": dict(env_id=env_id, total_steps=total_steps, anneal_lr=False, update_epochs=epochs, hidden_size=64,
+                            num_layers=2, activation="tanh", bootstrap_truncation=False, **shared),
+            "peer_config": dict(agent_kwargs={"activation": "tanh"}, total_timesteps=total_steps, num_epochs=epochs,
+                                **shared)}
+
+
 PAIRS: tuple[Pair, ...] = (
     Pair(
         "ppo-cartpole-rejax", "rejax", "ppo", "ppo", "CartPole-v1", f"Rejax's configs/gymnax/cartpole.yaml ({REJAX_CONFIGS})",
-        labcore=dict(env_id="CartPole-v1", num_envs=5, num_steps=100, total_steps=100_000, learning_rate=7.5e-4,
-                     anneal_lr=False, gamma=0.99, gae_lambda=0.95, num_minibatches=5, update_epochs=5, clip_eps=0.2,
-                     vf_coef=0.5, ent_coef=0.01, max_grad_norm=0.5, hidden_size=64, num_layers=2, activation="tanh",
-                     bootstrap_truncation=False),
-        peer_config=dict(agent_kwargs={"activation": "tanh"}, num_envs=5, num_steps=100, num_epochs=5, num_minibatches=5,
-                         learning_rate=7.5e-4, max_grad_norm=0.5, total_timesteps=100_000, gamma=0.99, gae_lambda=0.95,
-                         clip_eps=0.2, ent_coef=0.01, vf_coef=0.5),
+        **rejax_ppo_sides("CartPole-v1", num_envs=5, num_steps=100, total_steps=100_000, learning_rate=7.5e-4,
+                          gamma=0.99, epochs=5, minibatches=5, max_grad_norm=0.5),
         unmatched=PPO_DIFFERENCES, agents=(1, 16)),
     Pair(
         "ppo-cartpole-purejaxrl", "rejax", "ppo", "ppo", "CartPole-v1", "labcore's PPOConfig.cartpole (PureJaxRL's "
@@ -217,13 +224,8 @@ PAIRS: tuple[Pair, ...] = (
     Pair(
         "ppo-minatar-rejax", "rejax", "ppo", "ppo", "Breakout-MinAtar", f"Rejax's benchmark/breakout_1m.yaml "
         f"({REJAX_CONFIGS})",
-        labcore=dict(env_id="Breakout-MinAtar", num_envs=32, num_steps=32, total_steps=999_424, learning_rate=2.5674e-4,
-                     anneal_lr=False, gamma=0.995, gae_lambda=0.95, num_minibatches=4, update_epochs=4, clip_eps=0.2,
-                     vf_coef=0.5, ent_coef=0.01, max_grad_norm=1.0, hidden_size=64, num_layers=2, activation="tanh",
-                     bootstrap_truncation=False),
-        peer_config=dict(agent_kwargs={"activation": "tanh"}, num_envs=32, num_steps=32, num_epochs=4, num_minibatches=4,
-                         learning_rate=2.5674e-4, max_grad_norm=1, total_timesteps=999_424, gamma=0.995, gae_lambda=0.95,
-                         clip_eps=0.2, ent_coef=0.01, vf_coef=0.5),
+        **rejax_ppo_sides("Breakout-MinAtar", num_envs=32, num_steps=32, total_steps=999_424, learning_rate=2.5674e-4,
+                          gamma=0.995, epochs=4, minibatches=4, max_grad_norm=1.0),
         unmatched=PPO_DIFFERENCES),
     Pair(
         "dqn-minatar-rejax", "rejax", "dqn-scan", "dqn", "Breakout-MinAtar", f"Rejax's benchmark/breakout_1m.yaml "

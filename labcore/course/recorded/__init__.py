@@ -30,9 +30,9 @@ def block_means(runs: list[dict[str, Any]]) -> tuple[list[int], list[float], lis
 
 
 def atari_figure(data: dict[str, Any], ax: Any = None, dopamine: bool = True):
-    """PQN's recorded Breakout curve (the mean training return of each 1M-frame block, over the seeds with
-    their range shaded where there are several, the first seed's evaluations dotted) beside Dopamine's
-    agents at the same frames."""
+    """PQN's recorded Breakout curve (the mean training return of each 1M-frame block, averaged over the
+    recorded runs with their range shaded where there are several, the first run's evaluations dotted)
+    beside Dopamine's agents at the same frames."""
     import matplotlib.pyplot as plt
 
     if ax is None:
