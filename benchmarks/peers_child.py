@@ -95,8 +95,11 @@ def first_agents(tree, agents: int) -> list:
     return [jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], tree) for i in range(min(agents, EVALUATED_AGENTS))]
 
 
-def compiled_and_timed(train, agents: int, seed: int) -> tuple[Any, float, float]:
-    """(final state, compile seconds, run seconds) of the whole training run, ``agents`` vmapped runs at once."""
+def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = None) -> tuple[Any, float, float]:
+    """(final state, compile seconds, run seconds) of the whole training run, ``agents`` vmapped runs at once.
+
+    inspect (``benchmarks/peers_anatomy.py``): {"hlo": file} writes the compiled program's optimised HLO
+    there, {"trace": folder} runs it once more under JAX's profiler into that folder, after the timed run."""
     import jax
 
     if agents == 1:
@@ -107,7 +110,14 @@ def compiled_and_timed(train, agents: int, seed: int) -> tuple[Any, float, float
     call = fn.lower(key).compile()
     compiled = time.perf_counter()
     out = jax.block_until_ready(call(key))
-    return out, compiled - started, time.perf_counter() - compiled
+    run_s = time.perf_counter() - compiled
+    if inspect and inspect.get("hlo"):
+        with open(inspect["hlo"], "w") as text:
+            text.write(call.as_text())
+    if inspect and inspect.get("trace"):
+        with jax.profiler.trace(inspect["trace"]):
+            jax.block_until_ready(call(key))
+    return out, compiled - started, run_s
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,7 +135,7 @@ def run_labcore(spec: dict) -> dict:
 
         config = ppo.PPOConfig(**config_fields)
         agent = ppo.make_ppo(config)
-        (runner, _), compile_s, run_s = compiled_and_timed(ppo.make_train(config), agents, spec["seed"])
+        (runner, _), compile_s, run_s = compiled_and_timed(ppo.make_train(config), agents, spec["seed"], spec.get("inspect"))
         params, steps = runner.params, config.num_updates * config.num_envs * config.num_steps
 
         def greedy(params, obs):
@@ -135,7 +145,7 @@ def run_labcore(spec: dict) -> dict:
 
         config = pqn.PQNConfig(**config_fields)
         agent = pqn.make_pqn(config)
-        (runner, _), compile_s, run_s = compiled_and_timed(agent.train, agents, spec["seed"])
+        (runner, _), compile_s, run_s = compiled_and_timed(agent.train, agents, spec["seed"], spec.get("inspect"))
         params, steps = runner.params, config.num_updates * config.num_envs * config.num_steps
 
         def greedy(params, obs):
@@ -146,7 +156,8 @@ def run_labcore(spec: dict) -> dict:
         from labcore.nets.q_networks import make_q_network
 
         config = DQNConfig(**config_fields)
-        result, compile_s, run_s = compiled_and_timed(scan.make_train(config), agents, spec["seed"])
+        result, compile_s, run_s = compiled_and_timed(scan.make_train(config), agents, spec["seed"],
+                                                          spec.get("inspect"))
         params, steps = result.train_state.params, (config.total_steps // config.train_frequency) * config.train_frequency
         env = spec["env"]
         import gymnax
@@ -191,10 +202,12 @@ def run_rejax(spec: dict) -> dict:
     import rejax
 
     fields = dict(spec["config"])
-    # no evaluation inside the timed run: one evaluation interval of the whole run, none at the start
+    # no evaluation inside the timed run: one evaluation interval of the whole run, none at the start, and
+    # Rejax's own evaluation at the end of it (128 greedy episodes, in the compiled program) replaced by one
+    # that plays none; the shared evaluation below scores both sides
     fields.update(env=spec["env"], eval_freq=fields["total_timesteps"], skip_initial_evaluation=True)
-    algo = rejax.get_algo(spec["algorithm"]).create(**fields)
-    (state, _), compile_s, run_s = compiled_and_timed(algo.train, spec["agents"], spec["seed"])
+    algo = rejax.get_algo(spec["algorithm"]).create(**fields).replace(eval_callback=lambda algo, ts, rng: jnp.zeros(()))
+    (state, _), compile_s, run_s = compiled_and_timed(algo.train, spec["agents"], spec["seed"], spec.get("inspect"))
     if spec["algorithm"] == "ppo":
         params = state.actor_ts.params
 

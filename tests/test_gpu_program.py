@@ -35,6 +35,18 @@ def test_loops_their_turns_and_call_sites_are_read_from_a_compiled_program():
     assert gpu_program.kernels_per_call(text) >= 7 * loops[7].kernels + loops[None].kernels
 
 
+def test_every_op_of_a_compiled_program_is_named_with_its_opcode_and_the_line_that_made_it():
+    def program(x, y):
+        return jnp.sort(x @ y, axis=-1), jnp.cumsum(x, axis=0)
+
+    text = jax.jit(program).lower(jnp.ones((8, 8)), jnp.ones((8, 8))).compile().as_text()
+    ops = gpu_program.ops(text)
+    sorts = [op for name, op in ops.items() if op.opcode == "sort"]
+    assert len(sorts) == 1 and sorts[0].where.startswith("program (") and "tests/test_gpu_program.py:" in sorts[0].where
+    assert any(name.startswith("sort") for name, op in ops.items() if op.opcode == "sort")
+    assert {op.opcode for op in ops.values()} >= {"parameter", "sort"}
+
+
 HANDWRITTEN = """HloModule handwritten
 
 %small (p: f32[4]) -> f32[4] {

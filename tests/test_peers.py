@@ -57,3 +57,33 @@ def test_the_harness_times_labcore_beside_rejax_in_its_own_environment(tmp_path)
         assert 8 <= side["return_mean"] <= 500  # CartPole's greedy episodes, scored by the same code
     assert row["ratios"][0] == pytest.approx(ours["steps_per_s"] / theirs["steps_per_s"])
     assert row["unmatched"] and "rejax==0.1.3" in record["peers"]["rejax"]
+
+
+def test_the_anatomy_reads_loops_kernels_callbacks_and_the_costliest_lines_of_a_program(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    load_peers()
+    spec = importlib.util.spec_from_file_location("peers_anatomy", REPO / "benchmarks" / "peers_anatomy.py")
+    anatomy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(anatomy)
+
+    def program(x):
+        def step(carry, _):
+            jax.debug.callback(lambda value: None, carry[0])  # one round trip to Python a turn
+            return jnp.sort(jnp.tanh(carry @ carry.T), axis=-1)[:, :8], None
+
+        return jax.lax.scan(step, x, None, length=50)[0]
+
+    compiled = jax.jit(program).lower(jnp.ones((64, 8))).compile()
+    with jax.profiler.trace(str(tmp_path / "trace")):
+        jax.block_until_ready(compiled(jnp.ones((64, 8))))
+    seen = anatomy.anatomy(compiled.as_text(), tmp_path / "trace", steps=50, top=5)
+    (loop,) = [loop for loop in seen["loops"] if loop["trips"] == 50]
+    assert loop["where"].startswith("program (") and loop["kernels per turn"] >= 3  # dot, tanh+sort, callback
+    assert seen["host callbacks"] == 1
+    assert seen["kernels per call"] >= 50 * loop["kernels per turn"] and seen["kernels per env step"] >= 3
+    opcodes = {row["name"] for row in seen["by opcode"]}
+    assert "sort" in opcodes and "custom-call" in opcodes
+    assert any(row["name"].startswith("step (") and "tests/test_peers.py:" in row["name"] for row in seen["by source"])
+    assert 0 < seen["op ms"] and seen["ops busy ms"] <= seen["profiled ms"]

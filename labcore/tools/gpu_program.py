@@ -244,5 +244,23 @@ def kernels_per_call(text: str) -> int:
     return _kernels(computations, _entry_name(computations), 0, [])
 
 
+class Op(NamedTuple):
+    """One instruction of a compiled program, as a profiler's trace names it (``fusion.12``, ``copy.3``)."""
+
+    opcode: str  # "fusion", "dot", "copy", "while", "custom-call", ...
+    where: str  # the call that made it, as ``Loop.where`` ("" when XLA made it: a loop's copies, its test)
+
+
+def ops(text: str) -> dict[str, Op]:
+    """Every instruction of an optimised HLO module (any backend's), by name: its opcode and where it was written."""
+    sites, found = _call_sites(text), {}
+    for lines in _computations(text).values():
+        for instruction in lines:
+            name = instruction.removeprefix("ROOT ").split(" = ", 1)[0].lstrip("%")
+            frame = re.search(r"stack_frame_id=(\d+)", instruction)
+            found[name] = Op(_opcode(instruction), sites.get(frame.group(1), "") if frame else "")
+    return found
+
+
 def _entry_name(computations: dict[str, list[str]]) -> str:
     return next(name for name, lines in computations.items() if lines is computations["ENTRY"] and name != "ENTRY")
