@@ -177,3 +177,18 @@ def test_pqn_exercises_name_every_mistake_on_every_draw(name, seed, capsys):
 def test_the_huber_loss_the_nnx_answer_uses_is_labcores():
     errors = jnp.linspace(-3.0, 3.0, 13)
     assert jnp.allclose(optax.huber_loss(errors, 0.0, delta=1.0), losses.huber_loss(errors))
+
+
+def test_pqn_updates_draws_hold_too_many_rows_for_two_right_shuffles_to_coincide():
+    """The judge refuses an update whose epochs repeat one shuffle (one key for every epoch). A right answer's
+    epochs repeat one by chance once in rows! for each pair of epochs: every draw holds enough rows that this
+    stays below once in a million calls (with the 4 rows drawn before, once in 24)."""
+    import math
+
+    import numpy as np
+
+    make_inputs = exercises.get("pqn_update").make_inputs
+    for seed in range(60):
+        inputs = make_inputs(np.random.default_rng(seed))
+        rows, epochs = inputs[2].shape[0], inputs[8]
+        assert math.comb(epochs, 2) / math.factorial(rows) < 1e-6, (seed, rows, epochs)
