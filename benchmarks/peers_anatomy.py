@@ -12,7 +12,8 @@ profiler. From those, per side:
 * **kernels**: what one call of the compiled program executes, every loop of known length unrolled
   (``labcore.tools.gpu_program.kernels_per_call``; XLA:CPU runs each fusion, dot, copy, sort as one
   thunk), over the env steps it trains;
-* **loops**: each while loop of the program, where it was written, its trips and the kernels of a turn;
+* **loops**: each while loop of the program that runs a thousandth of its kernels or more, where it was
+  written, its trips and the kernels of a turn;
 * **round trips to Python**: the program's host callbacks (custom calls back into Python);
 * **costliest ops**: the profiled run's op time (self time, so a loop's body is not counted twice) by
   opcode and by the source line that made the op (the innermost frame XLA recorded; "made by XLA": a
@@ -26,10 +27,9 @@ benchmarks/results/peers_anatomy.json and prints markdown tables.
 from __future__ import annotations
 
 import argparse
-import json
+import re
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -39,7 +39,8 @@ sys.path.insert(0, str(HERE))
 
 import peers  # noqa: E402  (benchmarks/ is not a package)
 
-CALLBACK_TARGETS = ("xla_python_cpu_callback", "xla_ffi_python_cpu_callback", "xla_ffi_partitioned_python_cpu_callback")
+# the custom calls that call back into Python: the CPU's and the GPU's, the legacy ones and the FFI ones
+CALLBACK_TARGET = re.compile(r'custom_call_target="\w*python_(cpu|gpu)_callback"')
 
 
 def inspect_side(pair: peers.Pair, side: str, python: str, folder: pathlib.Path, timeout_s: float) -> dict:
@@ -58,7 +59,7 @@ def anatomy(hlo: str, trace_folder: pathlib.Path, steps: int, top: int) -> dict:
     kernels = gpu_program.kernels_per_call(hlo)
     loops = [{"where": loop.where, "depth": loop.depth, "trips": loop.trips, "kernels per turn": loop.kernels}
              for loop in gpu_program.kernel_loops(hlo) if loop.trips is None or loop.trips * loop.kernels > kernels // 1000]
-    callbacks = sum(1 for line in hlo.splitlines() if "custom-call(" in line and any(t in line for t in CALLBACK_TARGETS))
+    callbacks = sum(1 for line in hlo.splitlines() if "custom-call(" in line and CALLBACK_TARGET.search(line))
     trace = profiling.read_trace(trace_folder)
     by_opcode: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     by_site: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])

@@ -203,8 +203,8 @@ def run_rejax(spec: dict) -> dict:
 
     fields = dict(spec["config"])
     # no evaluation inside the timed run: one evaluation interval of the whole run, none at the start, and
-    # Rejax's own evaluation at the end of it (128 greedy episodes, in the compiled program) replaced by one
-    # that plays none; the shared evaluation below scores both sides
+    # Rejax's own evaluation at the end of it (128 episodes in the compiled program: PPO sampling its policy,
+    # DQN and PQN at epsilon 0.005) replaced by one that plays none; the shared evaluation below scores both sides
     fields.update(env=spec["env"], eval_freq=fields["total_timesteps"], skip_initial_evaluation=True)
     algo = rejax.get_algo(spec["algorithm"]).create(**fields).replace(eval_callback=lambda algo, ts, rng: jnp.zeros(()))
     (state, _), compile_s, run_s = compiled_and_timed(algo.train, spec["agents"], spec["seed"], spec.get("inspect"))
