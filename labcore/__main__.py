@@ -207,9 +207,9 @@ def _saved_config(path: str, config_class: type):
     if unknown:
         raise ValueError(f"--config: {file} is not a {config_class.__name__} (fields it does not have: "
                          f"{', '.join(unknown[:6])}{', ...' if len(unknown) > 6 else ''})")
-    from labcore import loop
+    from labcore import runs
 
-    return loop.config_from_dict(config_class, fields)
+    return runs.config_from_dict(config_class, fields)
 
 
 def _config_from(args: argparse.Namespace, algorithm: registry.Algorithm):

@@ -20,7 +20,10 @@ stderr and read the newest intact one; asked for a given step, they refuse a dam
 checkpoint written before labcore recorded digests has none to check: it is read as it is, and
 that is said once per folder.
 
-**One metadata schema for every driver** (``run_metadata`` builds it). Each step's metadata holds
+**One metadata schema for every driver, one way in and one way out.** A driver writes a run's
+checkpoint with ``save_run`` (``run_metadata`` builds the schema, the config serialised as the run's
+config.json is) and opens one with ``open_run`` (the metadata checked by ``expect``, the config
+rebuilt). Each step's metadata holds
 
     algorithm        the name of what trained it in ``labcore.agents.registry`` ("ppo", "dqn-scan", ...); null
                      for a program outside the registry (one a notebook builds), which any loader takes
@@ -32,7 +35,7 @@ that is said once per folder.
 
 and whatever its driver reads back besides (``labcore.loop``: "update_step", "seeds" and the
 program's ``written_with``; the host DQN: "has_replay", "has_envs", "episode_returns", ...).
-Every loader and every resume calls ``expect`` before it builds a config: a checkpoint of another
+Every loader (through ``open_run``) and every resume calls ``expect`` before it builds a config: a checkpoint of another
 algorithm is refused with ``WrongCheckpoint``, one line naming what the folder holds and the command
 that evaluates it, instead of a KeyError or a TypeError from deep inside the restore. A checkpoint
 written before the schema has no "algorithm": it is not refused, and loads as it always did.
@@ -46,16 +49,16 @@ import logging
 import os
 import shlex
 import sys
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
 from labcore import __version__
+from labcore.run_layout import checkpoint_dir, config_dict, config_from_dict
 
 
 DIGESTS_NAME = "labcore-digests.json"  # in each step's folder: {"algorithm", "files": {path: {"size", "digest"}}}
@@ -90,6 +93,31 @@ def run_metadata(algorithm: str, driver: str, config_fields: Mapping[str, Any], 
         raise ValueError(f"run_metadata: {clash} are the schema's own keys, not a driver's extra ones")
     return {"algorithm": algorithm or None, "driver": driver, "labcore_version": __version__,
             "config": dict(config_fields), "step": int(step), **extra}
+
+
+def save_run(directory: str | os.PathLike, step: int, state: Any, /, *, algorithm: str, driver: str, config: Any,
+             **extra: Any) -> Path:
+    """The one way a run's checkpoint is written: ``state`` at ``step``, its metadata in the schema
+    (``run_metadata``), the config serialised as the run's config.json is (``labcore.runs.config_dict``)."""
+    return save(directory, step, state, run_metadata(algorithm, driver, config_dict(config), step, **extra))
+
+
+class OpenedRun(NamedTuple):
+    """A run's checkpoint as ``open_run`` found it, before any array is read."""
+
+    directory: Path  # its checkpoints/ folder
+    metadata: Mapping[str, Any]  # the step's metadata, in the schema
+    config: Any  # the config it was written with, rebuilt
+
+
+def open_run(path: str | os.PathLike, algorithm: str, config_class: type, step: int | None = None) -> OpenedRun:
+    """The one way a run's checkpoint is opened: a run folder or its checkpoints/ folder (default: the
+    newest step), its metadata (another algorithm's refused by name, ``expect``), its config rebuilt
+    (``labcore.runs.config_from_dict``). A driver that wrote several kinds tells them apart by the
+    metadata's ``driver``."""
+    directory = checkpoint_dir(path)
+    metadata = expect(restore_metadata(directory, step), algorithm, path)
+    return OpenedRun(directory, metadata, config_from_dict(config_class, metadata["config"]))
 
 
 def expect(metadata: Mapping[str, Any], algorithm: str, path: str | os.PathLike) -> Mapping[str, Any]:

@@ -34,7 +34,6 @@ state as 6, and a run killed after a checkpoint and resumed logs the same rows a
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import warnings
@@ -467,19 +466,8 @@ def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step:
     multi-process run calls it."""
     from labcore import checkpoint  # here: orbax loads only for a run that writes a checkpoint
 
-    extra = {"update_step": step, "seeds": None, **(written_with or {})}
-    return checkpoint.save(directory, step, state,
-                           checkpoint.run_metadata(algorithm, __name__, runs.config_dict(config), step, **extra))
-
-
-def config_from_dict(config_class: type, fields: Mapping[str, Any]) -> Any:
-    """A config dataclass from its JSON fields: lists become tuples where the field's default is one
-    (a class with a ``from_dict`` of its own, e.g. a composed config, reads them itself)."""
-    if hasattr(config_class, "from_dict"):
-        return config_class.from_dict(fields)
-    defaults = {f.name: f.default for f in dataclasses.fields(config_class)}
-    return config_class(**{name: tuple(value) if isinstance(defaults.get(name), tuple) and isinstance(value, list)
-                            else value for name, value in fields.items()})
+    return checkpoint.save_run(directory, step, state, algorithm=algorithm, driver=__name__, config=config,
+                               **{"update_step": step, "seeds": None, **(written_with or {})})
 
 
 def load_checkpoint(path: str | os.PathLike, config_class: type, make_program: MakeProgram,
@@ -490,9 +478,7 @@ def load_checkpoint(path: str | os.PathLike, config_class: type, make_program: M
     (``labcore.checkpoint.expect``: WrongCheckpoint, naming what the folder holds)."""
     from labcore import checkpoint
 
-    directory = runs.checkpoint_dir(path)
-    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), algorithm, path)
-    config = config_from_dict(config_class, metadata["config"])
+    directory, metadata, config = checkpoint.open_run(path, algorithm, config_class, step)
     seeds = metadata.get("seeds")
     init = make_program(config).init if seeds is None else jax.vmap(make_program(config).init)
     like = init(seed_keys(config.seed, seeds))  # real arrays: typed keys need a real example

@@ -2,7 +2,7 @@
 
     run = RunDir.open("runs/vault", config, step_key="update", resume=False, overwrite=False)
     run.log({"update": 10, "episode_return": 3.2})        # metrics.jsonl, metrics.csv, TensorBoard
-    checkpoint.save(run.checkpoints, step, state, metadata)
+    checkpoint.save_run(run.checkpoints, step, state, algorithm="ppo", driver=__name__, config=config)
     run.finish(summary, plot)                             # summary.json and metrics.png
 
 A run folder holds:
@@ -41,7 +41,6 @@ lock and are never blocked. The same process may open the folder again (a notebo
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import os
@@ -52,27 +51,14 @@ from pathlib import Path
 from typing import Any
 
 from labcore.logging import CSV_NAME, JSONL_NAME, MetricsLogger, event_files, read_metrics, rebuild_tensorboard
+from labcore.run_layout import CHECKPOINTS_NAME, checkpoint_dir, config_dict, config_from_dict  # noqa: F401 (runs.*)
 from labcore.run_lock import hold_folder, holds, release_folder
 
 CONFIG_NAME = "config.json"
 SUMMARY_NAME = "summary.json"
 PLOT_NAME = "metrics.png"
-CHECKPOINTS_NAME = "checkpoints"
 DAMAGED_NAME = "damaged-checkpoints"
 RUN_FILES = (CONFIG_NAME, JSONL_NAME, CSV_NAME, PLOT_NAME, SUMMARY_NAME, CHECKPOINTS_NAME)
-
-
-def config_dict(config: Any) -> dict[str, Any]:
-    """A config as plain JSON-able data: a dataclass's fields, or a mapping as it is."""
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return dataclasses.asdict(config)
-    return dict(config)
-
-
-def checkpoint_dir(path: str | os.PathLike) -> Path:
-    """The checkpoints of a run folder, or ``path`` itself when it is a checkpoints folder."""
-    path = Path(path)
-    return path / CHECKPOINTS_NAME if (path / CHECKPOINTS_NAME).is_dir() else path
 
 
 class RunDir:

@@ -151,6 +151,35 @@ def test_train_from_a_saved_config_with_flags_overriding_and_a_config_of_another
         cli.build_parser().parse_args(["train", "ppo", "--config", str(saved), "--preset", "cartpole"])
 
 
+@pytest.mark.parametrize(("name", "driver", "function", "settings_class"), [
+    ("dqn-actor-learner", "actor_learner", "run", "ActorLearnerSettings"),
+    ("dqn-host", "host_loop", "train", "HostLoopSettings"),
+    ("dqn-data-parallel", "multi_process", "train", "DataParallelSettings"),
+])
+def test_a_drivers_settings_are_written_once_and_are_its_keywords_defaults(name, driver, function, settings_class):
+    import importlib
+    import inspect
+
+    from labcore.agents.dqn import config as dqn_config
+
+    keywords = inspect.signature(getattr(importlib.import_module(f"labcore.agents.dqn.{driver}"), function)).parameters
+    settings = registry.get(name).settings
+    defaults = {field.name: field.default for field in dataclasses.fields(getattr(dqn_config, settings_class))}
+    flags = vars(cli.build_parser().parse_args(["train", name]))  # what the command line gives unasked
+    assert settings and {setting.name: setting.default for setting in settings} == defaults
+    for setting in settings:
+        assert keywords[setting.name].default == defaults[setting.name] == flags[setting.name], setting.name
+        assert setting.default is None or setting.type is type(setting.default), setting.name
+
+
+@pytest.mark.parametrize(("annotation", "metadata"), [(tuple[int, ...], {"help": "?"}), (int | str, {"help": "?"}),
+                                                      (int, {})])
+def test_a_setting_the_command_line_cannot_take_is_refused(annotation, metadata):
+    bad = dataclasses.make_dataclass("Bad", [("size", annotation, dataclasses.field(default=1, metadata=metadata))])
+    with pytest.raises(TypeError, match=r"Bad.size: a setting is an int, float, str or bool \(or None\) with its help"):
+        registry.settings_of(bad)
+
+
 def test_an_option_an_algorithm_cannot_honour_is_refused_by_name():
     with pytest.raises(ValueError, match="seeds: dqn-host runs one seed per call"):
         registry.get("dqn-host").train(tiny_config("dqn-host"), seeds=2)

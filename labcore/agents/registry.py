@@ -39,8 +39,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
+
+from labcore.agents.dqn.config import ActorLearnerSettings, DataParallelSettings, HostLoopSettings
 
 # What a run folder of labcore.loop.train holds (labcore.runs.RunDir), the files every driver writes.
 RUN_FOLDER = ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json", "checkpoints/",
@@ -119,6 +122,24 @@ class Algorithm:
         return self._function(self.evaluate_function)(config, params, seed, **settings)
 
 
+SETTING_TYPES = (int, float, str, bool)  # what a flag parses
+
+
+def settings_of(settings_class: type) -> tuple[Setting, ...]:
+    """The ``Setting`` of each field of a driver's settings dataclass (its type, its default, and its help
+    in the field's metadata), in field order: the defaults and help are written once, there. A field may
+    be None (``int | None``); its type is what a given flag parses to."""
+    hints = typing.get_type_hints(settings_class)
+    found = []
+    for field in dataclasses.fields(settings_class):
+        kinds = [kind for kind in typing.get_args(hints[field.name]) or (hints[field.name],) if kind is not type(None)]
+        if len(kinds) != 1 or kinds[0] not in SETTING_TYPES or "help" not in field.metadata:
+            raise TypeError(f"{settings_class.__name__}.{field.name}: a setting is an int, float, str or bool (or None) "
+                            f"with its help in the field's metadata, not {hints[field.name]}")
+        found.append(Setting(field.name, kinds[0], field.default, field.metadata["help"]))
+    return tuple(found)
+
+
 def _attribute(path: str) -> Callable[[Any, Any], Any]:
     """params(config, state) reading ``state.<path>`` (dots for nested attributes)."""
 
@@ -177,8 +198,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "dqn-host", "DQN on gymnasium envs stepped in Python: classic control, or Atari through ale-py",
         "labcore.agents.dqn", "labcore.agents.dqn.host_loop", _attribute("params"),
         presets=("nature_atari", "atari_short"),
-        settings=(Setting("save_replay", bool, True, "keep the replay buffer and the envs in checkpoints "
-                                                     "(an exact resume; --no-save-replay: smaller checkpoints)"),),
+        settings=settings_of(HostLoopSettings),
         refuses={"seeds": ONE_RUN, "on_metrics": HOST_ROWS}, eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"},
         train_function="_train_dqn_host", evaluate_function="summarize_evaluation", synchronous_dispatch=True),
     Algorithm(
@@ -186,32 +206,14 @@ ALGORITHMS: tuple[Algorithm, ...] = (
                              "(gradients averaged, parameters identical everywhere)",
         "labcore.agents.dqn", "labcore.agents.dqn.multi_process", _data_parallel_params,
         presets=("minatar",),
-        settings=(Setting("replicas_per_device", int, 1, "DQN replicas on each device (8 on 1 device run as 1 on "
-                                                         "each of 8)"),),
+        settings=settings_of(DataParallelSettings),
         refuses={"seeds": "runs one seed: its replicas already fill the devices"},
         eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"}, evaluate_function="_evaluate_dqn_scan",
         joins_cluster=True),
     Algorithm(
         "dqn-actor-learner", "DQN with Ray actors feeding one learner: this machine, or a Ray cluster (--address)",
         "labcore.agents.dqn", "labcore.agents.dqn.actor_learner", _learner_params,
-        settings=(
-            Setting("address", str, None, "Ray cluster to join: 'auto' (the one `ray start` runs on this machine) "
-                                          "or HEAD_IP:PORT; default: start Ray here, listening on 127.0.0.1 only"),
-            Setting("num_actors", int, 2, "Ray actors, spread over the cluster's nodes"),
-            Setting("envs_per_actor", int, 4, "gymnax envs each actor steps"),
-            Setting("rollout_steps", int, 32, "steps of each rollout an actor returns"),
-            Setting("broadcast_every", int, 10, "learner updates between parameter copies"),
-            Setting("max_restarts", int, 3, "times Ray restarts an actor that died"),
-            Setting("cpus_per_actor", float, 1.0, "Ray CPUs each actor reserves"),
-            Setting("stall_timeout_s", float, 120.0, "seconds without any rollout before the run stops "
-                                                     "(actors that cannot be placed)"),
-            Setting("actor_deadline_s", float, 60.0, "seconds an actor may go without delivering a rollout before it "
-                                                     "is killed and restarted (its first after a start: at least "
-                                                     "three times the slowest first one measured)"),
-            Setting("timeout_s", float, None, "seconds for the whole run (default: no limit)"),
-            Setting("exploration", str, "linear", "the actors' epsilon: 'linear' (the config's schedule, one rate for "
-                                                  "all) or 'ape_x' (a constant rate per actor, 0.4 ** (1 + 7 i / (N - 1)))"),
-        ),
+        settings=settings_of(ActorLearnerSettings),
         refuses={"seeds": ONE_RUN, "on_metrics": HOST_ROWS}, eval_fields={"episodes": "eval_episodes", "epsilon": "eval_epsilon"},
         train_function="_train_dqn_actor_learner", evaluate_function="_evaluate_dqn_scan"),
     Algorithm(

@@ -1,7 +1,7 @@
 """dqn: DQN (Mnih et al. 2015) and the ways labcore runs it.
 
-* ``config``: ``DQNConfig`` (with the Nature Atari settings), validated (imports no JAX: the
-  command line's flags);
+* ``config``: ``DQNConfig`` (with the Nature Atari settings), validated, and the drivers' own settings
+  (imports no JAX: the command line's flags);
 * ``core``: epsilon-greedy acting, the loss and the jitted update;
 * ``agent``: DQN built once: ``make_dqn`` returns its pure functions (init, act, collect, learn,
   evaluate), which every driver below runs;

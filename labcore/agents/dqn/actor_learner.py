@@ -69,6 +69,7 @@ import numpy as np
 
 from labcore import loop, ray_cluster
 from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn.config import ACTOR_LEARNER
 from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (load_checkpoint: this driver's, for the registry)
     Counters as _Counters, load_checkpoint, restore as _restore, save as _save)
 from labcore.host_run import HostRun
@@ -155,15 +156,15 @@ def _check_settings(**settings: float) -> None:
 
 def run(
     config: dqn.DQNConfig,
-    num_actors: int = 2,
-    envs_per_actor: int = 4,
-    rollout_steps: int = 32,
-    broadcast_every: int = 10,
+    num_actors: int = ACTOR_LEARNER.num_actors,
+    envs_per_actor: int = ACTOR_LEARNER.envs_per_actor,
+    rollout_steps: int = ACTOR_LEARNER.rollout_steps,
+    broadcast_every: int = ACTOR_LEARNER.broadcast_every,
     log_every: int | None = None,
     *,
-    address: str | None = None,
-    max_restarts: int = 3,
-    cpus_per_actor: float = 1.0,
+    address: str | None = ACTOR_LEARNER.address,
+    max_restarts: int = ACTOR_LEARNER.max_restarts,
+    cpus_per_actor: float = ACTOR_LEARNER.cpus_per_actor,
     actor_platform: str = "cpu",
     run_dir: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
@@ -172,12 +173,13 @@ def run(
     tensorboard: bool = True,
     evaluate: bool = True,
     on_log: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
-    stall_timeout_s: float = 120.0,
-    actor_deadline_s: float | None = 60.0,
-    timeout_s: float | None = None,
-    exploration: str = "linear",
+    stall_timeout_s: float = ACTOR_LEARNER.stall_timeout_s,
+    actor_deadline_s: float | None = ACTOR_LEARNER.actor_deadline_s,
+    timeout_s: float | None = ACTOR_LEARNER.timeout_s,
+    exploration: str = ACTOR_LEARNER.exploration,
 ) -> loop.RunResult:
-    """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring.
+    """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring. The
+    settings' defaults and help: ``labcore.agents.dqn.config.ActorLearnerSettings``.
 
     address: None joins the Ray this process runs, or starts one here on 127.0.0.1 (stopped at the
     end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
@@ -262,7 +264,7 @@ def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
 
 def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
            cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s,
-           actor_deadline_s=None, evaluate=True, exploration="linear") -> loop.RunResult:
+           actor_deadline_s, evaluate, exploration) -> loop.RunResult:
     import jax
     import ray
     from ray.exceptions import ActorDiedError, RayActorError

@@ -1,5 +1,6 @@
 """DQNConfig: every DQN setting, validated on construction, with its Nature Atari, short-budget
-Atari and MinAtar presets.
+Atari and MinAtar presets; and the settings of the DQN drivers the command line offers as flags
+(``ActorLearnerSettings``, ``HostLoopSettings``, ``DataParallelSettings``), each default written once.
 
 Its own module, importing no JAX or Haiku, so that the command line can build a flag per field (and
 a checkpoint's config be read back) in a fraction of a second; ``labcore.agents.dqn.core``, which
@@ -195,3 +196,54 @@ class DQNConfig:
         settings.update(overrides)
         return cls(**settings)
 
+
+def _setting(default: Any, text: str) -> Any:
+    """A driver setting's field: its default, and its help (the flag's) in the field's metadata."""
+    return dataclasses.field(default=default, metadata={"help": text})
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorLearnerSettings:
+    """The keywords of ``labcore.agents.dqn.actor_learner.run`` the command line offers as flags of ``train
+    dqn-actor-learner``, each with its default and its help: ``run``'s keywords default to these, and the
+    registry reads its flags from here (``labcore.agents.registry.settings_of``)."""
+
+    address: str | None = _setting(None, "Ray cluster to join: 'auto' (the one `ray start` runs on this machine) "
+                                         "or HEAD_IP:PORT; default: start Ray here, listening on 127.0.0.1 only")
+    num_actors: int = _setting(2, "Ray actors, spread over the cluster's nodes")
+    envs_per_actor: int = _setting(4, "gymnax envs each actor steps")
+    rollout_steps: int = _setting(32, "steps of each rollout an actor returns")
+    broadcast_every: int = _setting(10, "learner updates between parameter copies")
+    max_restarts: int = _setting(3, "times Ray restarts an actor that died")
+    cpus_per_actor: float = _setting(1.0, "Ray CPUs each actor reserves")
+    stall_timeout_s: float = _setting(120.0, "seconds without any rollout before the run stops (actors that cannot "
+                                             "be placed)")
+    actor_deadline_s: float | None = _setting(60.0, "seconds an actor may go without delivering a rollout before it "
+                                                    "is killed and restarted (its first after a start: at least three "
+                                                    "times the slowest first one measured)")
+    timeout_s: float | None = _setting(None, "seconds for the whole run (default: no limit)")
+    exploration: str = _setting("linear", "the actors' epsilon: 'linear' (the config's schedule, one rate for all) "
+                                          "or 'ape_x' (a constant rate per actor, 0.4 ** (1 + 7 i / (N - 1)))")
+
+
+ACTOR_LEARNER = ActorLearnerSettings()
+
+
+@dataclasses.dataclass(frozen=True)
+class HostLoopSettings:
+    """The keyword of ``labcore.agents.dqn.host_loop.train`` the command line offers as a flag of ``train
+    dqn-host``."""
+
+    save_replay: bool = _setting(True, "keep the replay buffer and the envs in checkpoints (an exact resume; "
+                                       "--no-save-replay: smaller checkpoints)")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataParallelSettings:
+    """The keyword of ``labcore.agents.dqn.multi_process.train`` the command line offers as a flag of ``train
+    dqn-data-parallel``."""
+
+    replicas_per_device: int = _setting(1, "DQN replicas on each device (8 on 1 device run as 1 on each of 8)")
+
+
+HOST_LOOP, DATA_PARALLEL = HostLoopSettings(), DataParallelSettings()

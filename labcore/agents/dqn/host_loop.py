@@ -36,7 +36,6 @@ checkpoint, summary, plot), ``labcore.checkpoint``, and returns its result type,
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pickle
 import time
@@ -56,6 +55,7 @@ from labcore import checkpoint, envs, loop, replay, runs
 from labcore.agents.dqn import frame_replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN, make_dqn
+from labcore.agents.dqn.config import HOST_LOOP
 from labcore.host_run import HostRun
 from labcore.nets.q_networks import make_q_network
 
@@ -203,7 +203,7 @@ def train(
     run_dir: str | os.PathLike | None = None,
     log_every: int | None = None,
     checkpoint_every: int | None = None,
-    save_replay: bool = True,
+    save_replay: bool = HOST_LOOP.save_replay,
     resume: bool = False,
     stop_at: int | None = None,
     progress: bool = True,
@@ -362,8 +362,8 @@ def _save(directory, config, counters, train_state, replay_state, key, obs, vect
     if env_bytes is not None:
         state["envs"] = np.frombuffer(env_bytes, np.uint8)
     metrics = counters["metrics"]
-    metadata = checkpoint.run_metadata(
-        ALGORITHM, __name__, dataclasses.asdict(config), step,
+    checkpoint.save_run(
+        directory, step, state, algorithm=ALGORITHM, driver=__name__, config=config,
         episode_returns=counters["episode_returns"],
         last_metrics=None if metrics is None else {name: float(value) for name, value in metrics.items()},
         elapsed_s=counters["elapsed_s"],
@@ -371,7 +371,6 @@ def _save(directory, config, counters, train_state, replay_state, key, obs, vect
         has_envs=env_bytes is not None,
         envs_bytes=0 if env_bytes is None else len(env_bytes),
     )
-    checkpoint.save(directory, step, state, metadata)
 
 
 def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -426,9 +425,7 @@ def _vector_env_from(restored: list[gym.Env] | Any) -> gym.vector.SyncVectorEnv 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, dqn.TrainState]:
     """(config, train state) from a run directory or its ``checkpoints`` folder, for evaluation; a
     checkpoint of another algorithm is refused (``labcore.checkpoint.WrongCheckpoint``)."""
-    directory = runs.checkpoint_dir(path)
-    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), ALGORITHM, path)
-    config = loop.config_from_dict(dqn.DQNConfig, metadata["config"])
+    directory, metadata, config = checkpoint.open_run(path, ALGORITHM, dqn.DQNConfig, step)
     state, _ = checkpoint.restore(directory, checkpoint_template(config)(metadata), step)
     return config, jax.tree_util.tree_map(jnp.asarray, state["train_state"])
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from labcore import loop, runs
+from labcore import runs
 from labcore.agents.dqn import core as dqn
 
 ALGORITHM = "dqn-actor-learner"  # the registry name its checkpoints record
@@ -43,8 +43,8 @@ def save(directory: str | os.PathLike, updates: int, state: dqn.TrainState, buff
     counters in the metadata."""
     from labcore import checkpoint
 
-    metadata = checkpoint.run_metadata(ALGORITHM, DRIVER, runs.config_dict(config), updates, **counters._asdict())
-    checkpoint.save(directory, updates, {"train_state": state, "replay": buffer, "key": key}, metadata)
+    checkpoint.save_run(directory, updates, {"train_state": state, "replay": buffer, "key": key}, algorithm=ALGORITHM,
+                        driver=DRIVER, config=config, **counters._asdict())
 
 
 def restore(run: runs.RunDir, state: dqn.TrainState, buffer: Any) -> tuple[dqn.TrainState, Any, jax.Array, Counters]:
@@ -66,9 +66,7 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     from labcore import checkpoint, replay
     from labcore.agents.dqn.agent import make_dqn_for
 
-    directory = runs.checkpoint_dir(path)
-    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), ALGORITHM, path)
-    config = loop.config_from_dict(dqn.DQNConfig, metadata["config"])
+    directory, _, config = checkpoint.open_run(path, ALGORITHM, dqn.DQNConfig, step)
     agent = make_dqn_for(config)  # the learner's DQN: the shapes its state was saved in
     like = {"train_state": agent.init(jax.random.key(0)),
             "replay": jax.eval_shape(lambda: replay.init(agent.example, config.buffer_size)),

@@ -51,9 +51,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from labcore import checkpoint, distributed, loop, runs
+from labcore import checkpoint, distributed, loop
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
+from labcore.agents.dqn.config import DATA_PARALLEL
 
 AXIS = distributed.AXIS
 REPLICA_AXIS = "replicas"  # the vmapped replicas inside one device (replicas_per_device > 1)
@@ -94,7 +95,7 @@ PLOTTED = ("episode_return", "epsilon", "loss")
 
 
 def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
-                 replicas_per_device: int = 1) -> loop.Program:
+                 replicas_per_device: int = DATA_PARALLEL.replicas_per_device) -> loop.Program:
     """The data-parallel DQN on every device of the (already initialised) cluster, as a
     ``labcore.loop.Program`` (see the module docstring). An update is one iteration of every
     replica (``train_frequency`` agent steps each, then one averaged gradient step once the replay
@@ -216,7 +217,8 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
     )
 
 
-def train(config: dqn.DQNConfig, run_dir: str | os.PathLike | None = None, *, replicas_per_device: int = 1,
+def train(config: dqn.DQNConfig, run_dir: str | os.PathLike | None = None, *,
+          replicas_per_device: int = DATA_PARALLEL.replicas_per_device,
           **options: Any) -> loop.RunResult:
     """Train on every device of the (already initialised) cluster with ``labcore.loop.train`` (same
     keyword options, every count in updates; ``seeds`` is refused: one run per cluster). The
@@ -231,9 +233,7 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     newest step), in one process whatever the cluster that wrote it: the carry is replica 0's (the
     learner every replica holds, with replica 0's envs, replay buffer and key; as
     ``labcore.agents.dqn.scan.load_checkpoint`` returns)."""
-    directory = runs.checkpoint_dir(path)
-    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), "dqn-data-parallel", path)
-    config = loop.config_from_dict(dqn.DQNConfig, metadata["config"])
+    directory, metadata, config = checkpoint.open_run(path, "dqn-data-parallel", dqn.DQNConfig, step)
     layout = (metadata["devices"], metadata["replicas_per_device"])
     one = dqn_scan.make_parts(config).init(*jax.random.split(jax.random.key(0), 3))  # real keys: see checkpoint
     like = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (*layout, *leaf.shape)), one)

@@ -262,8 +262,8 @@ def save_checkpoint(directory: str | os.PathLike, config: IQNRunConfig, params: 
     """Write the stacked params as checkpoint ``config.epochs``, its metadata in the schema of
     ``labcore.checkpoint`` (algorithm "iqn", this module as the driver) with "epochs" beside it."""
     check_params(params, config)
-    metadata = checkpoint.run_metadata("iqn", __name__, config.as_dict(), config.epochs, epochs=config.epochs)
-    return checkpoint.save(directory, config.epochs, {"params": params}, metadata)
+    return checkpoint.save_run(directory, config.epochs, {"params": params}, algorithm="iqn", driver=__name__,
+                               config=config, epochs=config.epochs)
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[IQNRunConfig, Any]:
@@ -272,10 +272,16 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[I
     a run of several seeds), or a host mode's parameters (all it saves). ``load_params`` gives the
     parameters of either, checked against a config. Another algorithm's checkpoint is refused
     (``labcore.checkpoint.WrongCheckpoint``)."""
-    metadata = checkpoint.expect(checkpoint.restore_metadata(checkpoint_dir(path), step), "iqn", path)
-    if "update_step" in metadata:
+    if written_by(checkpoint.open_run(path, "iqn", IQNRunConfig, step).metadata) == loop.__name__:
         return loop.load_checkpoint(path, IQNRunConfig, make_program, step, algorithm="iqn")
-    return load_params(path, step=step)
+    return load_params(path, step=step)  # a host mode's checkpoint: written here
+
+
+def written_by(metadata: Mapping[str, Any]) -> str:
+    """The driver that wrote an IQN checkpoint: the fused mode's ``labcore.loop`` or this module (a host mode's
+    parameters). The schema's ``driver`` says; a checkpoint from before the schema has none, and only the
+    loop's wrote an "update_step" then."""
+    return metadata.get("driver") or (loop.__name__ if "update_step" in metadata else __name__)
 
 
 def load_params(path: str | os.PathLike, config: IQNRunConfig | None = None, step: int | None = None,
@@ -292,12 +298,10 @@ def load_params(path: str | os.PathLike, config: IQNRunConfig | None = None, ste
     """
     if config is not None and overrides:
         raise ValueError("load_checkpoint takes a config or overrides, not both")
-    directory = checkpoint_dir(path)
-    if not directory.is_dir():
+    if not checkpoint_dir(path).is_dir():
         raise FileNotFoundError(f"no checkpoint in {path}")
-    metadata = checkpoint.expect(checkpoint.restore_metadata(directory, step), "iqn", path)
-    saved = IQNRunConfig.from_dict(metadata["config"])
-    if "update_step" not in metadata:  # a host mode's: the parameters only
+    directory, metadata, saved = checkpoint.open_run(path, "iqn", IQNRunConfig, step)
+    if written_by(metadata) == __name__:  # a host mode's: the parameters only
         params = checkpoint.restore(directory, like={"params": params_shape(saved)}, step=step)[0]["params"]
     elif metadata.get("seeds"):
         raise ValueError(f"seeds: {path} holds a run of {metadata['seeds']} seeds; load_checkpoint reads their state "
