@@ -57,7 +57,6 @@ from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN, make_dqn
 from labcore.agents.dqn.config import HOST_LOOP
 from labcore.host_run import HostRun
-from labcore.nets.q_networks import make_q_network
 
 PLOTTED = ("episode_return", "loss", "epsilon")
 ALGORITHM = "dqn-host"  # the registry name its checkpoints record (labcore.checkpoint's schema)
@@ -83,10 +82,6 @@ def _atari_kwargs(config: dqn.DQNConfig) -> dict[str, Any]:
     if envs.atari.is_atari_id(config.env_id):
         return {"repeat_action_probability": config.repeat_action_probability}
     return {}
-
-
-def make_network(config: dqn.DQNConfig, num_actions: int) -> hk.Transformed:
-    return make_q_network(config.network, num_actions, config.hidden_sizes)
 
 
 def make_agent(config: dqn.DQNConfig) -> DQN:
