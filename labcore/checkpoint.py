@@ -98,7 +98,7 @@ def run_metadata(algorithm: str, driver: str, config_fields: Mapping[str, Any], 
 def save_run(directory: str | os.PathLike, step: int, state: Any, /, *, algorithm: str, driver: str, config: Any,
              **extra: Any) -> Path:
     """The one way a run's checkpoint is written: ``state`` at ``step``, its metadata in the schema
-    (``run_metadata``), the config serialised as the run's config.json is (``labcore.runs.config_dict``)."""
+    (``run_metadata``), the config serialised as the run's config.json is (``labcore.run_layout.config_dict``)."""
     return save(directory, step, state, run_metadata(algorithm, driver, config_dict(config), step, **extra))
 
 
@@ -113,7 +113,7 @@ class OpenedRun(NamedTuple):
 def open_run(path: str | os.PathLike, algorithm: str, config_class: type, step: int | None = None) -> OpenedRun:
     """The one way a run's checkpoint is opened: a run folder or its checkpoints/ folder (default: the
     newest step), its metadata (another algorithm's refused by name, ``expect``), its config rebuilt
-    (``labcore.runs.config_from_dict``). A driver that wrote several kinds tells them apart by the
+    (``labcore.run_layout.config_from_dict``). A driver that wrote several kinds tells them apart by the
     metadata's ``driver``."""
     directory = checkpoint_dir(path)
     metadata = expect(restore_metadata(directory, step), algorithm, path)
