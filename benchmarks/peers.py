@@ -12,8 +12,10 @@ round to the next. A row reports env steps per second once compiled (a host-driv
     python benchmarks/peers.py run                         # every pair, two rounds
     python benchmarks/peers.py run --pairs ppo-cartpole-purejaxrl --agents 1 16 128
     python benchmarks/peers.py run --scale 0.02 --rounds 1 --pairs ppo-cartpole-rejax   # a tiny budget
+    python benchmarks/peers.py run --resume                # after a stop: only the sides still missing
 
-Writes benchmarks/results/peers.json and prints a markdown table (``--out`` elsewhere).
+Writes benchmarks/results/peers.json and prints a markdown table (``--out`` elsewhere). Each side's result is
+appended to ``peers-sides.jsonl`` there as it ends, which ``--resume`` reads back.
 """
 
 from __future__ import annotations
@@ -323,22 +325,58 @@ def spec_of(pair: Pair, side: str, agents: int) -> dict:
             "eval_on": pair.eval_on}
 
 
-def run(pairs: list[Pair], rounds: int, agent_counts: list[int] | None, timeout_s: float) -> list[dict]:
-    """Every (pair, agents) timed in ``rounds`` rounds, the sides' order swapped each round."""
+SIDES_NAME = "peers-sides.jsonl"  # under --out: one line per side run, so that --resume goes on from the last
+
+
+def side_key(round_: int, spec: dict) -> str:
+    """What makes two side runs the same run: the round and everything the child is given."""
+    return hashlib.sha256(json.dumps({"round": round_, **spec}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run(pairs: list[Pair], rounds: int, agent_counts: list[int] | None, timeout_s: float,
+        sides_file: pathlib.Path, resume: bool = False) -> tuple[list[dict], float, list[str]]:
+    """Every (pair, agents) timed in ``rounds`` rounds, the sides' order swapped each round -> (rows, seconds,
+    the dates of the first and the last side).
+
+    Each side's result is appended to ``sides_file`` as it ends; with ``resume`` the sides already there
+    (the same round and the same spec) are read back instead of run again, so a run stopped part-way
+    goes on where it stopped. The seconds are the sides' own times added up, read back ones included."""
     pythons = {"labcore": sys.executable, **{name: setup(peer) for name, peer in peers().items()
                                              if any(pair.peer == name for pair in pairs)}}
+    done: dict[str, dict] = {}
+    if resume and sides_file.exists():
+        for line in sides_file.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                done[entry["key"]] = entry
+    elif sides_file.exists():
+        sides_file.unlink()
+    sides_file.parent.mkdir(parents=True, exist_ok=True)
     jobs = [(pair, agents) for pair in pairs for agents in pair.agents if agent_counts is None or agents in agent_counts]
     results: dict[tuple[str, int], dict[str, list[dict]]] = {}
+    seconds, dates = 0.0, []
     for round_ in range(rounds):
         for pair, agents in jobs:
             sides = ["labcore", pair.peer] if round_ % 2 == 0 else [pair.peer, "labcore"]
             for side in sides:
-                started = time.perf_counter()
-                result = run_side(pythons[side], spec_of(pair, side, agents), timeout_s)
+                spec = spec_of(pair, side, agents)
+                key = side_key(round_, spec)
+                if key in done:
+                    result, elapsed, date, how = (*(done[key][name] for name in ("result", "elapsed_s", "date")),
+                                                  "recorded before")
+                else:
+                    started = time.perf_counter()
+                    result = run_side(pythons[side], spec, timeout_s)
+                    elapsed, date, how = time.perf_counter() - started, time.strftime("%Y-%m-%d"), "ran"
+                    with sides_file.open("a") as out:
+                        out.write(json.dumps({"key": key, "round": round_, "pair": pair.name, "agents": agents,
+                                              "side": side, "elapsed_s": elapsed, "date": date, "result": result}) + "\n")
+                seconds += elapsed
+                dates.append(date)
                 results.setdefault((pair.name, agents), {}).setdefault(side, []).append(result)
                 print(f"round {round_ + 1}: {pair.name} x{agents} {side}: {result['steps_per_s']:,.0f} steps/s, "
-                      f"return {result['return_mean']:.1f} ({time.perf_counter() - started:.0f} s)", flush=True)
-    return [row_of(pair, agents, results[(pair.name, agents)]) for pair, agents in jobs]
+                      f"return {result['return_mean']:.1f} ({elapsed:.0f} s, {how})", flush=True)
+    return [row_of(pair, agents, results[(pair.name, agents)]) for pair, agents in jobs], seconds, [min(dates), max(dates)]
 
 
 def _span(values: list[float], digits: int = 0) -> str:
@@ -378,9 +416,11 @@ def page_section(record: dict) -> str:
 
     machine = record["machine"]
     label = machine.get("label") or f"{machine['processor']}, {machine['cpu_count']} CPU cores"
+    first, last = record.get("measured") or [record["time"][:10]] * 2
     lines = [f"`{record['command']}` on {label}, Python {machine['python']}, JAX {machine['jax']}, "
-             f"{record['time'][:10]} ({record['rounds']} rounds, the two sides' order swapped each round; "
-             f"{record['wall_s'] / 60:.0f} min in all). Ranges are over the rounds; a ratio above 1 is labcore faster.",
+             f"{first if first == last else f'{first} to {last}'} ({record['rounds']} rounds, the two sides' order "
+             f"swapped each round; the sides' processes took {record['wall_s'] / 60:.0f} min in all). Ranges are over "
+             "the rounds; a ratio above 1 is labcore faster.",
              "", markdown_table(record["rows"], COLUMNS), "", "What each pair ran, and what could not be made the same:", ""]
     for row in record["rows"]:
         if row["agents"] != min(r["agents"] for r in record["rows"] if r["pair"] == row["pair"]):
@@ -411,6 +451,8 @@ def main(argv: list[str] | None = None) -> None:
     timed.add_argument("--scale", type=float, default=1.0, help="multiply every step count (a tiny budget: 0.02)")
     timed.add_argument("--timeout", type=float, default=1800.0, help="seconds one side may take")
     timed.add_argument("--out", default=str(HERE / "results"), help="folder for peers.json")
+    timed.add_argument("--resume", action="store_true", help=f"go on from the sides already in --out's {SIDES_NAME} "
+                       "(the same pairs, rounds and budget), running only those still missing")
     timed.add_argument("--page", type=pathlib.Path, help="also write the results page's measured part "
                        "(between its peers.py markers)")
     shown = sub.add_parser("page", help="write the results page's measured part from a peers.json")
@@ -426,13 +468,13 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{name}: {setup(peer, quiet=False)}")
         return
     chosen = [pair.scaled(args.scale) for pair in PAIRS if not args.pairs or pair.name in args.pairs]
-    started = time.time()
-    rows = run(chosen, args.rounds, args.agents, args.timeout)
+    rows, seconds, dates = run(chosen, args.rounds, args.agents, args.timeout, pathlib.Path(args.out) / SIDES_NAME, args.resume)
     from labcore.tools.benchmarking import write_results
 
+    given = [arg for arg in (argv if argv is not None else sys.argv[1:]) if arg != "--resume"]
     path = write_results("peers", rows, out_dir=args.out, columns=COLUMNS, extra={
-        "command": " ".join(["python benchmarks/peers.py", *(argv if argv is not None else sys.argv[1:])]),
-        "rounds": args.rounds, "scale": args.scale, "wall_s": time.time() - started,
+        "command": " ".join(["python benchmarks/peers.py", *given]),
+        "rounds": args.rounds, "scale": args.scale, "wall_s": seconds, "measured": dates,
         "peers": {name: list(peer.requirements) for name, peer in peers().items()},
         "unmatched_algorithms": list(UNMATCHED_ALGORITHMS)})
     if args.page is not None:

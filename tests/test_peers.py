@@ -57,6 +57,13 @@ def test_the_harness_times_labcore_beside_rejax_in_its_own_environment(tmp_path)
         assert 8 <= side["return_mean"] <= 500  # CartPole's greedy episodes, scored by the same code
     assert row["ratios"][0] == pytest.approx(ours["steps_per_s"] / theirs["steps_per_s"])
     assert row["unmatched"] and "rejax==0.1.3" in record["peers"]["rejax"]
+    # run again with --resume: both sides are read back from peers-sides.jsonl, none is run again
+    again = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("recorded before") == 2 and ", ran)" not in again.stdout, again.stdout
+    resumed = json.loads((tmp_path / "peers.json").read_text())
+    assert resumed["rows"][0]["runs"] == row["runs"] and resumed["wall_s"] == pytest.approx(record["wall_s"])
+    assert "--resume" not in resumed["command"] and resumed["measured"] == record["measured"]
 
 
 def test_the_anatomy_reads_loops_kernels_callbacks_and_the_costliest_lines_of_a_program(tmp_path):
