@@ -539,8 +539,8 @@ def table(records: dict) -> str:
         record = records[label]
         dates = sorted({entry["date"] for budget in ("full", "quick") for entry in record.get(budget, {}).values()})
         span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "no runs"
-        elsewhere = _other_machines(record)
-        machines.append(f"- **{label}**: {record['device']['machine']}; measured {span}"
+        lead, elsewhere = _machines(record)
+        machines.append(f"- **{label}**: {lead}; measured {span}"
                         + (f"; with the same label, {'; '.join(elsewhere)}" if elsewhere else "") + ".")
     machines.append("")
     notes = ["", "Run times are whole-notebook wall times under nbval {cite:p}`laslett2014nbval` (kernel start "
@@ -570,16 +570,19 @@ def machine_of(record: dict, entry: dict | None) -> str:
     return f"CPU model not recorded{cores}, no accelerator{jax_version}"
 
 
-def _other_machines(record: dict) -> list[str]:
-    """Notes for the entries of a record measured on a machine other than the record's."""
-    others: dict[str, dict[str, list[str]]] = {}  # machine -> lesson -> budgets
+def _machines(record: dict) -> tuple[str, list[str]]:
+    """The machine most of a record's entries were measured on (the record's own where none names one,
+    or on a tie), and notes for the entries measured on another machine of the same label."""
+    lessons_on: dict[str, dict[str, list[str]]] = {}  # machine -> lesson -> budgets
     for budget in ("full", "quick"):
         for name, entry in sorted(record.get(budget, {}).items()):
-            if machine_of(record, entry) != record["device"]["machine"]:
-                others.setdefault(machine_of(record, entry), {}).setdefault(name[:2], []).append(budget)
-    return [", ".join(f"lesson {number} ({' and '.join(budgets)} budget{'s' if len(budgets) > 1 else ''})"
-                      for number, budgets in sorted(lessons.items())) + f" on {machine}"
-            for machine, lessons in others.items()]
+            lessons_on.setdefault(machine_of(record, entry), {}).setdefault(name[:2], []).append(budget)
+    count = {machine: sum(len(budgets) for budgets in lessons.values()) for machine, lessons in lessons_on.items()}
+    own = record["device"]["machine"]
+    lead = max(count, key=lambda machine: (count[machine], machine == own), default=own)
+    return lead, [", ".join(f"lesson {number} ({' and '.join(budgets)} budget{'s' if len(budgets) > 1 else ''})"
+                            for number, budgets in sorted(lessons.items())) + f" on {machine}"
+                  for machine, lessons in lessons_on.items() if machine != lead]
 
 
 def time_paragraph(name: str, records: dict) -> str:

@@ -353,6 +353,12 @@ def test_an_entry_measured_on_another_machine_of_the_same_label_names_its_own():
     # an entry that names no machine, on a CPU record: the label's CPU may have been another model then
     assert "(measured one notebook at a time; CPU model not recorded" in times.time_paragraph(first, records)
     assert "(measured one notebook at a time; another 2-core CPU)" in times.time_paragraph(second, records)
+    # the column's note leads with the machine most of its entries ran on, the others beside it
     note = next(line for line in times.table(records).splitlines() if line.startswith("- **2-core CPU**"))
-    assert note.startswith("- **2-core CPU**: a 2-core test CPU; measured")
+    assert note.startswith("- **2-core CPU**: another 2-core CPU; measured") and "a 2-core test CPU" not in note
+    assert f"lesson {first[:2]} (full budget) on CPU model not recorded" in note
+    record["full"][first] = dict(entry(100), machine=CPU["machine"])
+    record["quick"][first] = dict(entry(40), machine=CPU["machine"])
+    note = next(line for line in times.table(records).splitlines() if line.startswith("- **2-core CPU**"))
+    assert note.startswith("- **2-core CPU**: a 2-core test CPU; measured")  # a tie: the record's own machine
     assert f"lesson {second[:2]} (full and quick budgets) on another 2-core CPU" in note
