@@ -30,7 +30,7 @@ os.environ["LABCORE_COMPILATION_CACHE"] = "0"  # compiled for another device: no
 
 import jax  # noqa: E402
 
-from labcore import loop  # noqa: E402
+from labcore import loop, training_run  # noqa: E402
 from labcore.tools import gpu_program  # noqa: E402
 from labcore.tools.benchmarking import write_results  # noqa: E402
 
@@ -51,7 +51,7 @@ def programs(names: list[str]) -> list[tuple[str, loop.Program]]:
     def build(make_program, config, callback=True):
         num_updates = make_program(config).num_updates
         return make_program(config, callback=(lambda row: None) if callback else None,
-                            log_every=loop.default_log_every(num_updates))
+                            log_every=training_run.default_log_every(num_updates))
 
     built = []
     if "ppo" in names:

@@ -107,21 +107,7 @@ def _add_train_command(commands, algorithm: registry.Algorithm) -> None:
                             help="shrink the config's sizes to fit this device (labcore.devices.auto_tune; only shrinks)")
     loop = parser.add_argument_group("run (every count in updates)")
     loop.add_argument("--run-dir", default=None, help="results folder: config, metrics, plots, checkpoints, summary")
-    loop.add_argument("--log-every", type=_positive_int, default=None,
-                      help="updates between metric rows (default: about 100 rows in a run)")
-    loop.add_argument("--checkpoint-every", type=_positive_int, default=None,
-                      help="updates between checkpoints (default: one, at the end)")
-    loop.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --run-dir")
-    loop.add_argument("--overwrite", action="store_true", help="replace an earlier run in --run-dir")
-    loop.add_argument("--no-progress", action="store_true", help="no progress bar")
-    loop.add_argument("--seeds", type=_positive_int, default=None,
-                      help="train this many seeds at once (--seed, --seed + 1, ...) in one vmap; rows are their means")
-    loop.add_argument("--no-eval", action="store_true", help="no evaluation at the end")
-    # On by default: a run folder is for looking at a run, and TensorBoard is how most people do.
-    loop.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
-                      help="also write the metrics as TensorBoard event files into --run-dir (default: on); view them "
-                           "with `tensorboard --logdir runs`, or in Colab/Jupyter `%%load_ext tensorboard` then "
-                           "`%%tensorboard --logdir runs`")
+    _add_run_option_flags(loop)
     if algorithm.settings:
         own = parser.add_argument_group(f"{algorithm.name}'s own settings")
         for setting in algorithm.settings:
@@ -141,6 +127,25 @@ def _add_eval_command(commands, algorithm: registry.Algorithm) -> None:
     if algorithm.eval_overrides:
         _add_config_flags(parser, algorithm.config_class(), exclude=algorithm.training_only,
                           title="fields that override the checkpoint's config")
+
+
+def _add_run_option_flags(group) -> None:
+    """One flag per field of ``labcore.training_run.RunOptions`` that has one: a count (a positive int),
+    a switch on (``--resume``), a ``--no-...`` switch off, or both (``--tensorboard`` / ``--no-tensorboard``)."""
+    from labcore.training_run import RunOptions  # imports neither JAX nor orbax
+
+    for option in dataclasses.fields(RunOptions):
+        flag, help = option.metadata["flag"], option.metadata["help"]
+        if flag is None:
+            continue
+        if option.type == "bool" and option.default and not flag.startswith("--no-"):
+            # on by default, with a switch each way (TensorBoard: a run folder is for looking at a run)
+            group.add_argument(flag, dest=option.name, action=argparse.BooleanOptionalAction, default=True, help=help)
+        elif option.type == "bool":
+            group.add_argument(flag, dest=option.name, action="store_false" if option.default else "store_true",
+                               help=help)
+        else:
+            group.add_argument(flag, dest=option.name, type=_positive_int, default=option.default, help=help)
 
 
 def _add_setting_flag(group, setting: registry.Setting) -> None:
@@ -240,10 +245,12 @@ def _train(args: argparse.Namespace, algorithm: registry.Algorithm) -> int:
     process = _process_index() if launched else 0
     if process == 0:
         print(config)
-    options = dict(log_every=args.log_every, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                   overwrite=args.overwrite, progress=not args.no_progress and not launched, tensorboard=args.tensorboard,
-                   evaluate=not args.no_eval, seeds=args.seeds,
-                   **{setting.name: getattr(args, setting.name) for setting in algorithm.settings})
+    from labcore.training_run import RunOptions
+
+    options = {option.name: getattr(args, option.name) for option in dataclasses.fields(RunOptions)
+               if option.metadata["flag"] is not None}
+    options["progress"] = options["progress"] and not launched
+    options.update({setting.name: getattr(args, setting.name) for setting in algorithm.settings})
     if launched:  # rows as lines, not a bar, from the first process (the others would repeat them)
         options["on_metrics"] = _print_row if process == 0 else None
     result = algorithm.train(config, args.run_dir, **options)

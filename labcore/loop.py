@@ -10,7 +10,8 @@ An algorithm describes its training as a ``Program``, a few pure functions and n
     steps_per_update              env steps (transitions) per update (a GFlowNet: trajectories,
                                   ``unit="trajectory"``)
 
-and ``train(config, make_program, ...)`` runs it: it opens the run folder (``labcore.runs.RunDir``),
+and ``train(config, make_program, ...)`` runs it: it opens the run (``labcore.training_run.TrainingRun``, as
+every driver does: the folder, the progress bar, the rows, the summary and the plot),
 compiles ``run`` once per chunk size, runs chunks of ``checkpoint_every`` updates with an orbax
 checkpoint of the whole state after each, logs a metrics row every ``log_every`` updates while the
 compiled chunk runs (the rows reach the host in bursts, see ``labcore.logged_scan``), resumes exactly from
@@ -25,8 +26,8 @@ processes (``labcore.agents.dqn.multi_process``: process 0 writes the folder, ev
 ``steps_per_update`` env steps and one learning step (PPO, PQN: one rollout and its epochs of
 minibatches; the jitted DQN: ``train_frequency`` agent steps and one gradient step, none during
 the replay warm-up). Metrics rows carry the update as ``"update"`` and the env steps as
-``"timesteps"``. Without ``log_every``, a run logs about 100 rows (``default_log_every``), as every
-driver does, the host-driven ones (``labcore.host_run``) included.
+``"timesteps"``. Without ``log_every``, a run logs about 100 rows (``training_run.default_log_every``), as
+every driver does, the host-driven ones included.
 
 **Same result however it is cut.** The state carries everything, so 3 + 3 updates give the same
 state as 6, and a run killed after a checkpoint and resumed logs the same rows as one that was not.
@@ -44,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import runs
+from labcore import training_run
 
 Metrics = dict[str, jax.Array]
 
@@ -87,21 +88,6 @@ class Program(NamedTuple):
     after_restore: Callable[[Any], Any] | None = None
     # why this program trains one seed per call ("" : any number, vmapped); train refuses seeds=N with it
     one_seed: str = ""
-
-
-class RunResult(NamedTuple):
-    """What every algorithm's ``train`` returns."""
-
-    config: Any
-    state: Any  # the final training state (e.g. PPO's RunnerState); with seeds=k, every leaf is [k, ...]
-    metrics: list[dict[str, Any]]  # the rows this call logged (a resumed run: those since the resume)
-    summary: dict[str, Any]  # what summary.json holds
-    run_dir: str | None
-
-    @classmethod
-    def of_run(cls, config: Any, state: Any, run: runs.RunDir, summary: dict[str, Any]) -> RunResult:
-        """The result of a run written through ``run`` (its rows, its folder or None in memory)."""
-        return cls(config, state, run.rows, summary, None if run.path is None else str(run.path))
 
 
 MakeProgram = Callable[..., Program]  # (config, callback=None, log_every=1) -> Program
@@ -221,10 +207,10 @@ def train(
     on_metrics: Callable[[dict[str, np.ndarray]], None] | None = None,
     eval_every: int | None = None,
     stop_after_s: float | None = None,
-) -> RunResult:
+) -> training_run.RunResult:
     """Train ``make_program(config, callback, log_every)`` end to end, in ``run_dir`` if given.
 
-    log_every: updates between metrics rows (default: ``default_log_every`` of the program's
+    log_every: updates between metrics rows (default: ``training_run.default_log_every`` of the program's
     updates, about 100 rows). checkpoint_every: updates per chunk (default: the whole run in one
     chunk, checkpointed at the end; without ``run_dir`` nothing is saved). resume: continue from
     the newest intact checkpoint in run_dir (see ``labcore.runs.RunDir.open``): the rows past it
@@ -258,14 +244,14 @@ def train(
         raise ValueError("stop_after_s: a run stopped early goes on from a checkpoint; give run_dir and checkpoint_every")
     started = time.perf_counter()
     if log_every is None:  # the program's length is known once it is built: a first build reads it
-        log_every = default_log_every(make_program(config).num_updates)
+        log_every = training_run.default_log_every(make_program(config).num_updates)
 
     def log_row(metrics: dict[str, Any]) -> None:
         if on_metrics is not None:
             on_metrics(metrics)
-        row = run.log({"update": int(metrics["update"]), **{k: v for k, v in metrics.items() if k != "update"}})
-        bar.update(int(row["update"]) * program.steps_per_update - bar.n)
-        show_on_bar(bar, row, program.shown)
+        update = int(metrics["update"])
+        run.log(update, {k: v for k, v in metrics.items() if k != "update"})
+        run.advance(update * program.steps_per_update)
 
     # First: a bad config or env id fails here, before anything is written or compiled. Vmapped
     # seeds log from each chunk's returned metrics, so their program has no callback.
@@ -282,17 +268,18 @@ def train(
     # a state of another number of seeds (or another layout) will not restore: refused by name
     written_with = {"seeds": seeds, **program.written_with}
     primary = jax.process_index() == 0  # of several processes, the first writes the folder
-    run = runs.RunDir.open(run_dir, config, step_key="update", resume=resume, overwrite=overwrite, primary=primary,
-                           tensorboard=tensorboard, like=state if resume else None,
-                           written_with={"algorithm": program.algorithm, **written_with})
+    run = training_run.TrainingRun.open(
+        run_dir, config, name=program.name, total_steps=program.num_updates * program.steps_per_update,
+        unit=program.unit, unit_plural=program.unit_plural, plotted=program.plotted, shown=program.shown,
+        x_key=program.x_key, step_key="update", resume=resume, overwrite=overwrite, tensorboard=tensorboard,
+        progress=progress, primary=primary, like=state if resume else None,
+        written_with={"algorithm": program.algorithm, **written_with})
     if resume:
-        state = run.restored[0]
+        state = run.folder.restored[0]
         if program.after_restore is not None:
             state = program.after_restore(state)
     first_update = updates_done(program, state, seeds)
-    total_steps = program.num_updates * program.steps_per_update
-    bar = runs.progress_bar(total_steps, desc=program.name, unit=program.unit, unit_scale=True,
-                            enabled=progress and primary, initial=first_update * program.steps_per_update)
+    run.start(first_update * program.steps_per_update)
 
     every = checkpoint_every or program.num_updates
     ends = {*range(first_update + every, program.num_updates, every), program.num_updates}  # chunks end at checkpoints
@@ -304,10 +291,9 @@ def train(
     checked: dict[str, Any] = {}
     done = first_update  # counted here: reading it from a state of several seeds would copy every leaf
 
-    def summarize_call(rows):
-        return run_summary(config, rows, updates=done, steps=done * program.steps_per_update,
-                           steps_run=(done - first_update) * program.steps_per_update * (seeds or 1), compile_s=compile_s,
-                           run_s=run_s, seeds=seeds, unit=program.unit, unit_plural=program.unit_plural)
+    def summarize_call(rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        return run.summary(updates=done, steps=done * program.steps_per_update, compile_s=compile_s, run_s=run_s,
+                           seeds=seeds, rows=rows)
 
     chunk_began = time.perf_counter()
     for chunk in chunks(program, state, sizes, seeds=seeds):
@@ -320,89 +306,34 @@ def train(
             checked = program.check(state)
         if eval_every is not None and done % eval_every == 0 and done < program.num_updates:
             log_evaluation(run, program, state, config.seed, seeds, done)
-        if run.checkpoints is not None and ((done - first_update) % every == 0 or done == program.num_updates):
-            save_checkpoint(run.checkpoints, program.config, state, done, written_with, program.algorithm)
+        if run.folder.checkpoints is not None and ((done - first_update) % every == 0 or done == program.num_updates):
+            save_checkpoint(run.folder.checkpoints, program.config, state, done, written_with, program.algorithm)
             now = time.perf_counter()
             if stop_after_s is not None and done < program.num_updates and now + (now - chunk_began) - started > stop_after_s:
-                bar.close()
-                run.finish()
                 # this call's times, so that a run trained in slices can add its calls up
-                return RunResult.of_run(config, state, run, {"stopped_at_update": done, **summarize_call([])})
+                return run.end_early(state, {"stopped_at_update": done, **summarize_call([])})
         chunk_began = time.perf_counter()
-    bar.close()
+    run.stop()
 
-    rows = run.history()
-    summary = summarize_call(rows)
-    if program.summarize is not None:
-        summary.update(program.summarize(rows))
-    summary.update(checked)
+    extra = {} if program.summarize is None else program.summarize(run.folder.history())
+    extra.update(checked)
+    evaluation = {}
     if evaluate and program.evaluate is not None and done == program.num_updates and eval_every is not None:
-        summary.update(log_evaluation(run, program, state, config.seed, seeds, done))
+        evaluation = log_evaluation(run, program, state, config.seed, seeds, done)
     elif evaluate and program.evaluate is not None:
-        summary.update(_evaluate(program, state, config.seed, seeds))
-    run.finish(summary, lambda rows: plot(rows, program))
-    return RunResult.of_run(config, state, run, summary)
+        evaluation = _evaluate(program, state, config.seed, seeds)
+    return run.finish(state, updates=done, steps=done * program.steps_per_update, compile_s=compile_s, run_s=run_s,
+                      seeds=seeds, extra=extra, evaluation=evaluation)
 
 
-def default_log_every(num_updates: int) -> int:
-    """Every driver's ``log_every`` when none is given: about 100 rows in a run of ``num_updates``
-    updates (a row every update in a run of fewer than 200)."""
-    return max(1, num_updates // 100)
-
-
-def count_key(unit: str = "step", unit_plural: str = "steps") -> str:
-    """The key of the units done, in a summary and in a row: "timesteps" for env steps, else the
-    unit's plural (e.g. "trajectories")."""
-    return "timesteps" if unit == "step" else unit_plural
-
-
-def run_summary(config: Any, rows: list[dict[str, Any]], *, updates: int, steps: int, steps_run: int,
-                compile_s: float | None, run_s: float, seeds: int | None = None, unit: str = "step",
-                unit_plural: str = "steps") -> dict[str, Any]:
-    """The entries every driver's summary.json starts with, ``train``'s and the host-driven ones'
-    (``labcore.host_run``): env, seeds, the units done (``count_key``: "timesteps" or e.g.
-    "trajectories"), updates, compile_s, run_s, ``<unit_plural>_per_second`` and, when a row holds an
-    episode return, final_episode_return.
-
-    rows: every row of the run. steps: the units done in all (a resumed run's earlier ones too);
-    steps_run: those this call ran (every seed's), which the rate divides by run_s. compile_s: None
-    for a driver whose compiles happen inside its loop (they are then part of run_s).
-    final_episode_return: the mean of the last tenth of the rows' returns, of the rows that saw an
-    episode end (a DQN row of a few agent steps may not).
-    """
-    returns = [row["episode_return"] for row in rows
-               if row.get("episode_return") is not None and np.isfinite(row["episode_return"])]
-    recent = returns[-max(1, len(returns) // 10):]
-    summary = {
-        "env": getattr(config, "env_id", None),
-        "seeds": seeds or 1,
-        count_key(unit, unit_plural): steps,
-        "updates": updates,
-        "compile_s": None if compile_s is None else round(compile_s, 2),
-        "run_s": round(run_s, 2),
-        f"{unit_plural}_per_second": round(steps_run / run_s, 1) if run_s > 0 else None,
-    }
-    if any("episode_return" in row for row in rows):
-        summary["final_episode_return"] = float(np.mean(recent)) if recent else None
-    return summary
-
-
-def show_on_bar(bar: Any, row: Mapping[str, Any], shown: Mapping[str, str]) -> None:
-    """Show a logged row's metrics on a progress bar (``Program.shown``: label -> metric), once
-    the row holds every one of them."""
-    values = {label: row.get(name) for label, name in shown.items()}
-    if values and all(value is not None for value in values.values()):
-        bar.set_postfix({label: f"{value:.2f}" for label, value in values.items()}, refresh=False)
-
-
-def log_evaluation(run: runs.RunDir, program: Program, state: Any, seed: int, seeds: int | None,
+def log_evaluation(run: training_run.TrainingRun, program: Program, state: Any, seed: int, seeds: int | None,
                    update: int) -> dict[str, Any]:
     """The program's evaluation of ``state`` at ``update``, its numbers logged as one row (the
     ``eval_`` ones as they are, the others prefixed); returns the evaluation."""
     entries = _evaluate(program, state, seed, seeds)
     numbers = {(name if name.startswith("eval_") else f"eval_{name}"): value for name, value in entries.items()
                if isinstance(value, (int, float, np.number)) and not isinstance(value, bool)}
-    run.log({"update": update, count_key(program.unit, program.unit_plural): update * program.steps_per_update, **numbers})
+    run.log(update, numbers, steps=update * program.steps_per_update)
     return entries
 
 
@@ -417,11 +348,12 @@ def _evaluate(program: Program, state: Any, seed: int, seeds: int | None) -> dic
     return {**per_seed[0], **means, "per_seed": per_seed}
 
 
-def trainer(make_program: MakeProgram, algorithm: str) -> Callable[..., RunResult]:
+def trainer(make_program: MakeProgram, algorithm: str) -> Callable[..., training_run.RunResult]:
     """An algorithm's ``train(config, run_dir=None, **options)``: ``labcore.loop.train`` with its
     ``make_program`` bound. Every algorithm on the loop exports one, so they share one signature."""
 
-    def train_algorithm(config: Any, run_dir: str | os.PathLike | None = None, **options: Any) -> RunResult:
+    def train_algorithm(config: Any, run_dir: str | os.PathLike | None = None,
+                        **options: Any) -> training_run.RunResult:
         return train(config, make_program, run_dir, **options)
 
     train_algorithm.__name__ = train_algorithm.__qualname__ = "train"
@@ -430,32 +362,6 @@ def trainer(make_program: MakeProgram, algorithm: str) -> Callable[..., RunResul
         f"Train {algorithm} with ``labcore.loop.train`` (same keyword options: log_every, checkpoint_every, "
         f"resume, overwrite, progress, tensorboard, evaluate, seeds, on_metrics; every count in updates).")
     return train_algorithm
-
-
-# What a host-driven trainer beside a program (a loop of Python calls, run to its end in one call)
-# takes of train's options; the others need the program.
-HOST_OPTIONS = ("overwrite", "tensorboard", "evaluate", "progress")
-PROGRAM_OPTIONS = ("checkpoint_every", "resume", "seeds", "on_metrics")
-
-
-def refuse_program_options(options: Mapping[str, Any], setting: str, value: Any, program: str) -> None:
-    """For an algorithm whose config field ``setting`` chose a host-driven trainer (``value``):
-    ValueError naming ``setting`` for any of ``PROGRAM_OPTIONS`` asked for (``program``: what to
-    choose instead), TypeError for an option ``train`` does not have."""
-    asked = sorted(name for name, given in options.items() if name not in HOST_OPTIONS and given not in (None, False))
-    if asked:
-        raise ValueError(f"{setting}: {', '.join(asked)} {'needs' if len(asked) == 1 else 'need'} {program}; "
-                         f"the {value!r} {setting} runs to its end in one call, without checkpoints")
-    unknown = sorted(set(options) - set(HOST_OPTIONS) - set(PROGRAM_OPTIONS))
-    if unknown:
-        raise TypeError(f"train() got unexpected keyword arguments {unknown}")
-
-
-def plot(rows: list[dict[str, Any]], program: Program):
-    """The run's metrics.png: ``program.plotted`` against ``program.x_key`` (env steps)."""
-    from labcore.logging import plot_metrics
-
-    return plot_metrics(rows, program.plotted, x_key=program.x_key, title=program.name)
 
 
 def save_checkpoint(directory: str | os.PathLike, config: Any, state: Any, step: int,

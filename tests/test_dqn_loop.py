@@ -77,7 +77,7 @@ def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
     assert [row["update"] for row in rows] == [100, 200, 300]
     assert {"loss", "episode_return", "epsilon", "steps_per_second"} <= set(rows[-1])
     assert (tmp_path / "metrics.csv").read_text().splitlines()[0].startswith("update,timesteps,episodes,episode_return")
-    # the summary: the entries every driver writes first (labcore.loop.run_summary), then the host loop's own
+    # the summary: the entries every driver writes first (labcore.training_run.run_summary), then the host loop's own
     assert list(result.summary) == ["env", "seeds", "timesteps", "updates", "compile_s", "run_s", "steps_per_second",
                                     "final_episode_return", "episodes"]
     assert result.summary["timesteps"] == 3_000 and result.summary["updates"] == 300

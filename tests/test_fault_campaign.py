@@ -26,12 +26,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-import jax
-import numpy as np
 import pytest
 
 from conftest import assert_same_tree
-from labcore import checkpoint, loop, runs
+from labcore import checkpoint, loop, runs, training_run
 from labcore.agents import dqn as jitted_dqn
 from labcore.agents import gflownet, iqn, ppo, pqn
 from labcore.agents.dqn import core as dqn_core
@@ -111,7 +109,7 @@ class Driver:
     name: str
     config: Any
     step_key: str
-    train: Callable[..., loop.RunResult]  # train(run_dir, resume) -> RunResult: the whole run, or its rest
+    train: Callable[..., training_run.RunResult]  # train(run_dir, resume) -> RunResult: the whole run, or its rest
     like: Any  # the template RunDir.restore takes (a state, or a function of the checkpoint's metadata)
     checkpoint_step: Callable[[int], int]  # updates -> the checkpoint's step number
     # parts of a state that differ between two runs of the same computation, left out of the

@@ -275,7 +275,7 @@ def test_hybrid_and_torch_trainers_track_each_other():
 
 
 def test_a_host_trainer_writes_the_shared_summary_and_about_a_hundred_rows(tmp_path):
-    """trainer="torch" through labcore.agents.gflownet.train (labcore.host_run): without log_every
+    """trainer="torch" through labcore.agents.gflownet.train (labcore.training_run): without log_every
     a row every iterations // 100, keyed by update with the trajectories sampled; the summary starts
     with the entries every driver writes, then the GFlowNet's, then the evaluation's."""
     import json

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from labcore import loop
+from labcore import training_run
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import programs, runners, timing
 from labcore.agents.iqn import run as iqn_run
@@ -77,7 +77,7 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, loop.RunResult]:
+def runs(tmp_path_factory) -> dict[str, training_run.RunResult]:
     """Every mode, EPOCHS epochs of the small config with seed 0, a row every epoch; pytorch and
     jax_fused write a folder."""
     folders = tmp_path_factory.mktemp("iqn_runs")
@@ -86,7 +86,7 @@ def runs(tmp_path_factory) -> dict[str, loop.RunResult]:
             for mode in MODES}
 
 
-def params(result: loop.RunResult):
+def params(result: training_run.RunResult):
     """The agents' parameters of a run of any mode (the fused mode's state is its whole WorldRun)."""
     return iqn_run.agent_params(result.config, result.state)
 
@@ -189,7 +189,7 @@ def test_every_mode_logs_the_same_columns_and_epoch_rhythm(runs):
             assert (row["loss"] is None) == (epoch < FIRST_TRAINED), (mode, row)
             assert row["epsilon"] == pytest.approx((1 - SMALL["epsilon_decay"]) ** epoch, rel=1e-6)
         assert result.summary["mode"] == mode and result.summary["epochs"] == EPOCHS
-        # every mode's summary starts with the entries every driver writes (labcore.loop.run_summary)
+        # every mode's summary starts with the entries every driver writes (labcore.training_run.run_summary)
         assert list(result.summary)[:7] == ["env", "seeds", "timesteps", "updates", "compile_s", "run_s",
                                             "steps_per_second"], mode
         assert result.summary["updates"] == EPOCHS and result.summary["timesteps"] == EPOCHS * 20 * 3  # turns x agents
@@ -270,7 +270,7 @@ def test_results_folder(runs):
             iqn_run.train(result.config, run_dir=folder, progress=False)
 
 
-def _folder(result: loop.RunResult) -> pathlib.Path:
+def _folder(result: training_run.RunResult) -> pathlib.Path:
     return pathlib.Path(result.run_dir)
 
 

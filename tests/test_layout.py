@@ -73,7 +73,7 @@ LAYERS = ("labcore.tools", "labcore.course", "labcore.__main__")  # above the li
 LOWER_THAN_AGENTS = (
     "labcore.envs", "labcore.nets", "labcore.replay", "labcore.losses", "labcore.torch_ref", "labcore.validation",
     "labcore.evaluation", "labcore.runs", "labcore.run_layout", "labcore.checkpoint", "labcore.logging", "labcore.devices",
-    "labcore.distributed", "labcore.ray_cluster", "labcore.compile_cache", "labcore.loop", "labcore.host_run",
+    "labcore.distributed", "labcore.ray_cluster", "labcore.compile_cache", "labcore.loop", "labcore.training_run",
     "labcore.tools",
 )
 # the algorithms' folders, as the registry lists them (several of its algorithms may share one: DQN's drivers)

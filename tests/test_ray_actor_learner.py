@@ -143,7 +143,7 @@ def test_learning_improves_on_a_two_node_cluster(two_node_run):
     assert result.metrics[0]["episode_return"] < 40
     assert [row["update"] for row in result.metrics][:3] == [125, 250, 375]
     summary = result.summary
-    # the entries every driver writes first (labcore.loop.run_summary), then the actor-learner's own
+    # the entries every driver writes first (labcore.training_run.run_summary), then the actor-learner's own
     assert list(summary)[:8] == ["env", "seeds", "timesteps", "updates", "compile_s", "run_s", "steps_per_second",
                                  "final_episode_return"]
     last = result.metrics[-1]

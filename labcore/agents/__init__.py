@@ -24,7 +24,7 @@ losses, the jitted update or whole jitted training run) beside the drivers that 
   ``IQNRunConfig``);
 * ``make_train(config) -> train(key)``: all of training as one pure function, to jit and vmap;
 * ``make_program(config)``: the same training as a ``labcore.loop.Program``;
-* ``train(config, run_dir=None, **options) -> labcore.loop.RunResult``: ``labcore.loop.train``
+* ``train(config, run_dir=None, **options) -> labcore.training_run.RunResult``: ``labcore.loop.train``
   with the program bound (run folder, checkpoints, exact resume, seeds in one vmap);
 * ``load_checkpoint(path, step=None) -> (config, state)``;
 * ``evaluate(config, params, seed=0) -> dict``: the trained policy's episodes, summarised.

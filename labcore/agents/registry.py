@@ -11,10 +11,10 @@ Each ``Algorithm`` gives the same six things, whatever drives the algorithm unde
 
 * ``config_class()``: its validated config dataclass (``presets``: its classmethods giving other
   starting points, e.g. ``PPOConfig.cartpole``);
-* ``train(config, run_dir=None, **options) -> labcore.loop.RunResult``, with the options of
-  ``labcore.loop.train`` (log_every, checkpoint_every, resume, overwrite, progress, tensorboard,
-  evaluate, seeds, every count in updates) and its own ``settings``; an option the algorithm cannot
-  honour is refused by name (``refuses``), never ignored;
+* ``train(config, run_dir=None, **options) -> labcore.training_run.RunResult``, with the options of
+  ``labcore.training_run.RunOptions`` (log_every, checkpoint_every, resume, overwrite, progress,
+  tensorboard, evaluate, seeds, on_metrics; every count in updates) and its own ``settings``; an
+  option the algorithm cannot honour is refused by name (``refuses``), never ignored;
 * ``load_checkpoint(path, step=None) -> (config, state)`` of one of its run folders (another
   algorithm's folder is refused in one line naming what it holds: ``labcore.checkpoint.expect``);
 * ``params(config, state)``: the policy's parameters in a state of ``train`` or ``load_checkpoint``;
@@ -43,13 +43,12 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from labcore import training_run
 from labcore.agents.dqn.config import ActorLearnerSettings, DataParallelSettings, HostLoopSettings
 
 # What a run folder of labcore.loop.train holds (labcore.runs.RunDir), the files every driver writes.
 RUN_FOLDER = ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json", "checkpoints/",
               "events.out.tfevents.*")
-LOOP_OPTIONS = ("log_every", "checkpoint_every", "resume", "overwrite", "progress", "tensorboard", "evaluate", "seeds",
-                "on_metrics")
 
 
 class Setting(NamedTuple):
@@ -101,8 +100,8 @@ class Algorithm:
         return getattr(importlib.import_module(self.driver), name)
 
     def train(self, config: Any, run_dir: str | os.PathLike | None = None, **options: Any):
-        """Train ``config`` into ``run_dir`` (None: in memory) -> ``labcore.loop.RunResult``."""
-        unknown = sorted(set(options) - set(LOOP_OPTIONS) - {setting.name for setting in self.settings})
+        """Train ``config`` into ``run_dir`` (None: in memory) -> ``labcore.training_run.RunResult``."""
+        unknown = sorted(set(options) - set(training_run.RUN_OPTIONS) - {setting.name for setting in self.settings})
         if unknown:
             raise TypeError(f"{self.name}: train() got unexpected keyword arguments {unknown}")
         for option, why in self.refuses.items():

@@ -45,8 +45,8 @@ slows the learner.
 Why this driver keeps a loop of its own instead of ``labcore.loop.train``: the learner's steps are
 driven by rollouts arriving from other processes, in an order the operating system decides, so
 there is no pure ``run(state, n)`` to compile. It uses the shared driver's pieces:
-``labcore.host_run.HostRun`` (run folder, rows, resume from the newest intact checkpoint, summary,
-plot) and ``labcore.checkpoint``, and returns its result type, ``labcore.loop.RunResult``:
+``labcore.training_run.TrainingRun`` (run folder, rows, resume from the newest intact checkpoint, summary,
+plot) and ``labcore.checkpoint``, and returns its result type, ``labcore.training_run.RunResult``:
 ``state`` is the learner's final ``TrainState``. One update is one learner update; ``log_every``
 and ``checkpoint_every`` count them. Rows hold the "update" and "timesteps" (transitions received
 from all actors). ``summary`` (summary.json) starts with the entries every driver writes (env,
@@ -67,12 +67,12 @@ from typing import Any
 
 import numpy as np
 
-from labcore import loop, ray_cluster
+from labcore import ray_cluster, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.config import ACTOR_LEARNER
 from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (load_checkpoint: this driver's, for the registry)
     Counters as _Counters, load_checkpoint, restore as _restore, save as _save)
-from labcore.host_run import HostRun
+from labcore.training_run import TrainingRun
 
 ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works
 PLOTTED = ("episode_return", "loss", "staleness")
@@ -177,13 +177,13 @@ def run(
     actor_deadline_s: float | None = ACTOR_LEARNER.actor_deadline_s,
     timeout_s: float | None = ACTOR_LEARNER.timeout_s,
     exploration: str = ACTOR_LEARNER.exploration,
-) -> loop.RunResult:
+) -> training_run.RunResult:
     """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring. The
     settings' defaults and help: ``labcore.agents.dqn.config.ActorLearnerSettings``.
 
     address: None joins the Ray this process runs, or starts one here on 127.0.0.1 (stopped at the
     end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
-    checkpoint_every count updates, learner updates (log_every's default: ``loop.default_log_every``
+    checkpoint_every count updates, learner updates (log_every's default: ``training_run.default_log_every``
     of the run's ``total_updates(config)``, about 100 rows). on_log(row, actors) is called after
     each metrics row with the actors' table (rank, node_id, pid, restarts, transitions, epsilon: the
     rate its newest request asks for). evaluate:
@@ -207,7 +207,7 @@ def run(
                           ("actor_deadline_s", actor_deadline_s)):
         if seconds is not None and seconds <= 0:
             raise ValueError(f"{name} must be > 0, got {seconds}")
-    log_every = loop.default_log_every(total_updates(config)) if log_every is None else log_every
+    log_every = training_run.default_log_every(total_updates(config)) if log_every is None else log_every
     import ray
 
     started_ray = not ray.is_initialized()
@@ -217,7 +217,7 @@ def run(
         # with fewer cores (they then share them, as processes do).
         ray_cluster.init(address, num_cpus=max(os.cpu_count() or 1, int(np.ceil(num_actors * cpus_per_actor)) + 1)
                          if address is None else None)
-        host = HostRun.open(run_dir, config, name=f"DQN actor-learner on {config.env_id}",
+        host = TrainingRun.open(run_dir, config, name=f"DQN actor-learner on {config.env_id}",
                             total_steps=config.total_steps, plotted=PLOTTED, resume=resume, overwrite=overwrite,
                             tensorboard=tensorboard, progress=False)  # it shows rows (on_log), never a bar
         try:
@@ -264,7 +264,7 @@ def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
 
 def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
            cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s,
-           actor_deadline_s, evaluate, exploration) -> loop.RunResult:
+           actor_deadline_s, evaluate, exploration) -> training_run.RunResult:
     import jax
     import ray
     from ray.exceptions import ActorDiedError, RayActorError
@@ -280,7 +280,7 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
     buffer = replay.init(agent.example, config.buffer_size)
     add_batch = jax.jit(replay.add_batch, donate_argnums=0)
     sample = jax.jit(replay.sample, static_argnums=2)
-    run, last_update = host.run, total_updates(config)
+    run, last_update = host.folder, total_updates(config)
     before = _Counters(0, 0, 0, 0.0, 0.0, {}, [0] * num_actors)
     if run.awaiting_restore:
         state, buffer, key, before = _restore(run, state, buffer)

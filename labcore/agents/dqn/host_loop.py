@@ -19,7 +19,7 @@ same algorithm as storing every step at once. PRNG keys are
 
 A run directory (``labcore.runs.RunDir``) holds ``config.json``, ``metrics.jsonl`` / ``metrics.csv``
 (rows with the "update" and "timesteps", agent steps; TensorBoard event files of the same rows,
-at their agent step), ``checkpoints/`` (by agent step), ``summary.json`` (``labcore.host_run``:
+at their agent step), ``checkpoints/`` (by agent step), ``summary.json`` (``labcore.training_run``:
 the entries every driver writes, then "episodes" and the evaluation's) and ``metrics.png``;
 ``train`` with ``resume=True`` continues from the newest checkpoint there, drops the rows logged
 after it (they are logged again), and, when the replay buffer and the environments were saved with
@@ -29,9 +29,9 @@ Why this driver keeps a loop of its own instead of ``labcore.loop.train``: that 
 ``run(state, n)`` compiled whole, and a gymnasium env is a Python object stepped on the host: a
 compiled program reaches one only through a callback per step (``labcore.envs.ale_jax`` does that
 for ALE's vector env, where its XLA calls are not available). It uses the same pieces as the shared
-driver: ``labcore.host_run.HostRun`` (run folder, progress bar, rows, resume from the newest intact
+driver: ``labcore.training_run.TrainingRun`` (run folder, progress bar, rows, resume from the newest intact
 checkpoint, summary, plot), ``labcore.checkpoint``, and returns its result type,
-``labcore.loop.RunResult`` (``state`` is the final ``TrainState``).
+``labcore.training_run.RunResult`` (``state`` is the final ``TrainState``).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, envs, loop, replay, runs
+from labcore import checkpoint, envs, replay, runs, training_run
 from labcore.agents.dqn import frame_replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN, make_dqn
 from labcore.agents.dqn.config import HOST_LOOP
-from labcore.host_run import HostRun
+from labcore.training_run import TrainingRun
 
 PLOTTED = ("episode_return", "loss", "epsilon")
 ALGORITHM = "dqn-host"  # the registry name its checkpoints record (labcore.checkpoint's schema)
@@ -205,14 +205,14 @@ def train(
     overwrite: bool = False,
     eval_episodes: int = 0,
     tensorboard: bool = True,
-) -> loop.RunResult:
+) -> training_run.RunResult:
     """Train a DQN agent on ``config.env_id`` for ``config.total_steps`` agent steps.
 
     run_dir: where metrics and checkpoints go (None: metrics in memory, no checkpoints).
     log_every: updates between metric rows, counted as on every driver (``labcore.loop``): one
       update is ``train_frequency`` agent steps and (past ``learning_starts``) one gradient step,
       so a row every ``log_every * train_frequency`` agent steps (default
-      ``loop.default_log_every`` of the run's ``total_steps // train_frequency`` updates: about 100
+      ``training_run.default_log_every`` of the run's ``total_steps // train_frequency`` updates: about 100
       rows). A row holds its "update" and "timesteps" (agent steps); the folder orders them, and a
       resume cuts them, by agent step, as the checkpoints are numbered.
     checkpoint_every: updates between checkpoints (None: only at the end, if run_dir).
@@ -227,12 +227,12 @@ def train(
       eval_epsilon, eval_return_mean and eval_return_std, as the jitted DQN's evaluation.
     tensorboard: also write the metrics as TensorBoard event files in ``run_dir`` (labcore.runs).
 
-    The summary (``labcore.host_run``): env, seeds, timesteps (agent steps), updates, compile_s
+    The summary (``labcore.training_run``): env, seeds, timesteps (agent steps), updates, compile_s
     (None: the loop compiles as it goes), run_s, steps_per_second, final_episode_return, then
     episodes and the evaluation's entries.
     """
     if log_every is None:
-        log_every = loop.default_log_every(config.total_steps // config.train_frequency)
+        log_every = training_run.default_log_every(config.total_steps // config.train_frequency)
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     if checkpoint_every is not None and checkpoint_every < 1:
@@ -244,10 +244,10 @@ def train(
     obs_shape, obs_dtype, num_actions = env_spec(config)  # fails early on a bad env
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
     # Ordered by agent step: the checkpoints are numbered by agent step, and a resume cuts the rows at one.
-    host = HostRun.open(run_dir, config, name=f"DQN on {config.env_id}", total_steps=end_step, plotted=PLOTTED,
+    host = TrainingRun.open(run_dir, config, name=f"DQN on {config.env_id}", total_steps=end_step, plotted=PLOTTED,
                         shown={"ret": "episode_return", "eps": "epsilon"}, step_key="timesteps", resume=resume,
                         overwrite=overwrite, tensorboard=tensorboard, progress=progress)
-    run = host.run
+    run = host.folder
 
     agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
     act, learn = make_act(config, agent), make_learn(config, agent)

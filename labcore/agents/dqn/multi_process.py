@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from labcore import checkpoint, distributed, loop
+from labcore import checkpoint, distributed, loop, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.agents.dqn.config import DATA_PARALLEL
@@ -219,7 +219,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
 
 def train(config: dqn.DQNConfig, run_dir: str | os.PathLike | None = None, *,
           replicas_per_device: int = DATA_PARALLEL.replicas_per_device,
-          **options: Any) -> loop.RunResult:
+          **options: Any) -> training_run.RunResult:
     """Train on every device of the (already initialised) cluster with ``labcore.loop.train`` (same
     keyword options, every count in updates; ``seeds`` is refused: one run per cluster). The
     result's ``state`` is the global carry (leaves [devices, replicas_per_device, ...]); its

@@ -9,14 +9,14 @@
 * ``torch``, ``hybrid``, ``jax_policy``: the host trainers of ``labcore.agents.gflownet.trainers``
   (a PyTorch sampler, or a Python loop of jitted steps). They run to the end in one call, so they
   write the same folder (config, the same rows, TensorBoard, plot, summary; through
-  ``labcore.host_run.HostRun``) but no checkpoint: ``resume``, ``checkpoint_every`` and ``seeds``
+  ``labcore.training_run.TrainingRun``) but no checkpoint: ``resume``, ``checkpoint_every`` and ``seeds``
   are refused for them, naming ``trainer``.
 
 One update is one iteration: a batch of ``batch_size`` trajectories sampled and one gradient step;
 ``log_every`` and ``checkpoint_every`` count updates, iterations (without ``log_every``, about 100
-rows: ``labcore.loop.default_log_every``). Rows: ``update`` (the iteration), ``trajectories``
+rows: ``labcore.training_run.default_log_every``). Rows: ``update`` (the iteration), ``trajectories``
 (sampled so far), ``loss``, ``l1`` (sum form, see ``labcore.envs.hypergrid``). The summary starts
-with the entries every driver writes (``labcore.loop.run_summary``: env, seeds, trajectories,
+with the entries every driver writes (``labcore.training_run.run_summary``: env, seeds, trajectories,
 updates, compile_s, run_s, trajectories_per_second), then the trainer, the loss and ``final_l1``
 (the host trainers add ``seconds``, per phase) and, unless ``evaluate=False``, ``eval_l1``: the L1
 of ``l1_samples`` fresh samples of the trained policy (no exploration).
@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import logged_scan, loop
+from labcore import logged_scan, loop, training_run
 from labcore.agents.gflownet import core
 from labcore.agents.gflownet.core import GFlowNetConfig
 from labcore.envs import hypergrid
-from labcore.host_run import HostRun
+from labcore.training_run import TrainingRun
 
 PLOTTED = ("loss", "l1")
 
@@ -136,26 +136,26 @@ _train_on_loop = loop.trainer(make_program, "the all-JAX GFlowNet")
 
 
 def train(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, *, log_every: int | None = None,
-          **options: Any) -> loop.RunResult:
+          **options: Any) -> training_run.RunResult:
     """Train with ``config.trainer`` (see the module docstring), in ``run_dir`` if given; every
-    count in updates, iterations (log_every's default: ``loop.default_log_every(config.iterations)``,
+    count in updates, iterations (log_every's default: ``training_run.default_log_every(config.iterations)``,
     about 100 rows). ``trainer="jax"`` takes every option of ``labcore.loop.train``; the host
     trainers take ``overwrite``, ``tensorboard``, ``evaluate`` and ``progress`` (they show no bar).
     The result's ``state`` is the final ``TrainState`` (jax) or the final JAX parameters (host)."""
-    log_every = loop.default_log_every(config.iterations) if log_every is None else log_every
+    log_every = training_run.default_log_every(config.iterations) if log_every is None else log_every
     if config.trainer == "jax":
         return _train_on_loop(config, run_dir, log_every=log_every, **options)
     return _train_on_host(config, run_dir, log_every, dict(options))
 
 
-def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dict[str, Any]) -> loop.RunResult:
+def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dict[str, Any]) -> training_run.RunResult:
     from labcore.agents.gflownet import trainers
 
-    loop.refuse_program_options(options, "trainer", config.trainer, "the checkpointed all-JAX trainer (trainer='jax')")
+    training_run.refuse_program_options(options, "trainer", config.trainer, "the checkpointed all-JAX trainer (trainer='jax')")
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     # No bar: the trainer runs to its end in one call, and its rows are logged after it.
-    host = HostRun.open(run_dir, config, name=_name(config), total_steps=config.iterations * config.batch_size,
+    host = TrainingRun.open(run_dir, config, name=_name(config), total_steps=config.iterations * config.batch_size,
                         unit="trajectory", unit_plural="trajectories", plotted=PLOTTED, x_key="update",
                         overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
                         progress=False)
@@ -165,7 +165,7 @@ def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dic
     for update, l1 in result["l1"]:
         host.log(update, {"loss": result["losses"][update - 1], "l1": l1}, steps=update * config.batch_size)
     params = result["params"] if "params" in result else _torch_params(result["agent"])
-    own = {**_summarize(config, host.run.rows),
+    own = {**_summarize(config, host.folder.rows),
            "seconds": {phase: round(value, 2) for phase, value in result["seconds"].items()}}
     evaluation = evaluate(config, params, config.seed + 1) if options.get("evaluate", True) else {}
     return host.finish(params, updates=config.iterations, steps=config.iterations * config.batch_size, extra=own,

@@ -1,7 +1,7 @@
 """The multi-agent IQN treasurehunt experiment end to end: train it, load it, evaluate it.
 
     config = IQNRunConfig(mode="jax_fused", epochs=200)
-    result = train(config, run_dir="runs/iqn", checkpoint_every=50)   # labcore.loop.RunResult
+    result = train(config, run_dir="runs/iqn", checkpoint_every=50)   # labcore.training_run.RunResult
     config, params = load_checkpoint("runs/iqn")             # the agents' parameters, checked
     report = evaluate(config, params, seed=0, epochs=10)     # greedy and random play, as numbers
 
@@ -18,7 +18,7 @@ in every mode, ``labcore.agents.iqn.runners``):
 
 One update is one epoch (the turns, then one train step per agent that can train, then the epsilon
 decay); ``log_every`` and ``checkpoint_every`` count updates, epochs (without ``log_every``, about
-100 rows: ``labcore.loop.default_log_every``). Rows (``METRIC_COLUMNS``): ``update``
+100 rows: ``labcore.training_run.default_log_every``). Rows (``METRIC_COLUMNS``): ``update``
 (epochs done: the row of the first epoch is update 1); ``gems`` (gems collected in the epoch,
 summed over agents; the mean over worlds when num_worlds > 1) and ``gems_per_world`` (a list, one
 value per world); ``mean_reward`` (an agent's summed reward in the epoch, averaged over agents and
@@ -28,7 +28,7 @@ modes only, ``epoch_seconds`` (wall time).
 
 A run directory is a ``labcore.runs.RunDir``: ``config.json`` (``IQNRunConfig.as_dict()``),
 ``metrics.jsonl`` / ``metrics.csv`` (and TensorBoard event files, by update), ``metrics.png``,
-``summary.json`` (the entries every driver writes, ``labcore.loop.run_summary``, then the
+``summary.json`` (the entries every driver writes, ``labcore.training_run.run_summary``, then the
 experiment's: mode, epochs, worlds, agents, first_gems, last_gems, final_epsilon; the host modes'
 median_epoch_seconds; the evaluation's) and ``checkpoints/`` (orbax). ``load_checkpoint`` reads
 either kind of checkpoint and returns the agents' local parameters in the Flax layout of
@@ -50,14 +50,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, logged_scan, loop, validation
+from labcore import checkpoint, logged_scan, loop, training_run, validation
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.agents.iqn.programs import (WorldRun, compile_lowered, fused_epoch, fused_epochs, init_world_runs,
                                          own_buffers, world_keys)
 from labcore.agents.iqn.run_config import IQNRunConfig
 from labcore.agents.iqn.runners import EpochNumbers, make_runner
-from labcore.host_run import HostRun
+from labcore.training_run import TrainingRun
 from labcore.runs import checkpoint_dir
 
 # evaluate's default seed: the key schedule of play after training, apart from the training seeds
@@ -165,28 +165,28 @@ _train_fused = loop.trainer(make_program, "the fused IQN")
 
 
 def train(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, *, log_every: int | None = None,
-          **options: Any) -> loop.RunResult:
+          **options: Any) -> training_run.RunResult:
     """Train in ``config.mode`` (see the module docstring), in ``run_dir`` if given, a metrics row
-    every ``log_every`` updates, epochs (default: ``loop.default_log_every(config.epochs)``, about
+    every ``log_every`` updates, epochs (default: ``training_run.default_log_every(config.epochs)``, about
     100 rows). ``jax_fused`` takes every option of ``labcore.loop.train`` (every count in updates);
     the host modes take ``overwrite``, ``tensorboard``, ``evaluate`` and ``progress``. The result's
     ``state`` is the final ``WorldRun`` (jax_fused) or the agents' parameters (host modes):
     ``agent_params`` gives the parameters of either."""
-    log_every = loop.default_log_every(config.epochs) if log_every is None else log_every
+    log_every = training_run.default_log_every(config.epochs) if log_every is None else log_every
     if not validation.is_int(log_every) or log_every < 1:
         raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
     if config.mode == "jax_fused":
         return _train_fused(config, run_dir, log_every=log_every, **options)
-    loop.refuse_program_options(options, "mode", config.mode, "the checkpointed fused mode (mode='jax_fused')")
+    training_run.refuse_program_options(options, "mode", config.mode, "the checkpointed fused mode (mode='jax_fused')")
     return _train_on_host(config, run_dir, log_every, options)
 
 
-def _train_on_host(config: IQNRunConfig, run_dir, log_every: int, options: Mapping[str, Any]) -> loop.RunResult:
+def _train_on_host(config: IQNRunConfig, run_dir, log_every: int, options: Mapping[str, Any]) -> training_run.RunResult:
     """A host mode's runner, a row every ``log_every`` epochs (as the fused mode on the loop), on a
-    ``labcore.host_run.HostRun``: its rows and summary are the fused mode's, plus
+    ``labcore.training_run.TrainingRun``: its rows and summary are the fused mode's, plus
     ``epoch_seconds`` in each row and ``median_epoch_seconds`` in the summary."""
     agent_steps = config.world.max_turns * config.world.n_agents  # per epoch (a host mode plays one world)
-    host = HostRun.open(run_dir, config, name=_title(config), total_steps=config.epochs * agent_steps,
+    host = TrainingRun.open(run_dir, config, name=_title(config), total_steps=config.epochs * agent_steps,
                         plotted=PLOTTED, shown={"gems": "gems", "eps": "epsilon"}, x_key="update",
                         overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
                         progress=options.get("progress", True))
@@ -202,10 +202,10 @@ def _train_on_host(config: IQNRunConfig, run_dir, log_every: int, options: Mappi
     host.stop()
     params = runner.params()
     evaluation = evaluate(config, params, seed=EVAL_SEED + config.seed) if options.get("evaluate", True) else {}
-    if host.run.path is not None:
-        save_checkpoint(host.run.checkpoints, config, params)
+    if host.folder.path is not None:
+        save_checkpoint(host.folder.checkpoints, config, params)
     return host.finish(params, updates=config.epochs, steps=config.epochs * agent_steps, compile_s=runner.compile_s,
-                       extra={**_summarize(config, host.run.rows), "median_epoch_seconds": float(np.median(seconds))},
+                       extra={**_summarize(config, host.folder.rows), "median_epoch_seconds": float(np.median(seconds))},
                        evaluation=evaluation)
 
 
