@@ -45,10 +45,13 @@ def _option(default: Any, help: str, flag: str | None, needs_program: bool = Fal
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """The options every algorithm's ``train`` takes (``labcore.loop.train``'s keywords), written once: the
-    command line's run flags and every driver's refusals are read from these fields (``flag``: the
-    command line's flag, a ``--no-...`` flag turning a default True off; ``needs_program``: only a
-    checkpointed compiled program honours it, a driver that runs to its end in one call refuses it)."""
+    """The options every algorithm's ``train`` takes (``labcore.loop.train`` has two more, ``eval_every`` and
+    ``stop_after_s``, for scripts), written once: the command line's run flags, the options the registry
+    accepts and the host trainers' refusals (``refuse_program_options``) are read from these fields.
+    ``flag``: the command line's flag (a ``--no-...`` flag turns a default True off; the help is argparse's,
+    ``%`` written ``%%``). ``needs_program``: a trainer that runs to its end in one call, without
+    checkpoints (IQN's host modes, the GFlowNet's host trainers), refuses it; the registry's own
+    ``refuses`` say what else a driver cannot honour (e.g. ``seeds`` for the DQN host loop)."""
 
     log_every: int | None = _option(None, "updates between metric rows (default: about 100 rows in a run)",
                                      "--log-every")
