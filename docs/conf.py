@@ -18,6 +18,7 @@ sys.path.insert(0, str(DOCS / "tooling"))
 
 import atari_page  # noqa: E402  (docs/tooling: the Atari results page's tables and figure)
 import labcore  # noqa: E402
+import registry_table  # noqa: E402  (docs/tooling: the architecture guide's table of algorithms)
 import site_facts  # noqa: E402  (docs/tooling: where the repository and the site live)
 
 project = "labcore"
@@ -47,8 +48,9 @@ nb_execution_mode = "off"
 nb_merge_streams = True
 myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath", "deflist", "substitution"]
 myst_heading_anchors = 3
-# Pages rendered from recorded runs: the Atari results page's numbers and figure (docs/tooling/atari_page.py)
-myst_substitutions = atari_page.substitutions()
+# Pages rendered at build time: the Atari results page's numbers and figure from its recorded runs
+# (docs/tooling/atari_page.py), the architecture guide's table of algorithms from the registry
+myst_substitutions = {**atari_page.substitutions(), **registry_table.substitutions()}
 atari_page.write_figure(DOCS / "_generated" / "atari_breakout.png")
 
 # Citations: one bibliography (docs/references.bib), author-year in the text.

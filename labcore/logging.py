@@ -28,10 +28,12 @@ of points, which is why a resumed run rebuilds the event files from the JSONL
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import math
 import os
+import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -223,3 +225,70 @@ def plot_metrics(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], x_key: 
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def cut_metrics(run_path: str | os.PathLike, step_key: str, last_step: int) -> int:
+    """Drop the rows of metrics.jsonl / metrics.csv whose ``step_key`` is greater than ``last_step``.
+
+    Returns how many rows of metrics.jsonl were dropped. Rows without ``step_key`` are kept. A
+    last line without its newline was being written when the run was killed: it is dropped, as is
+    a line that does not parse, each said in one line on stderr (a repair, not the rows a resume
+    logs again). Each file is rewritten to a temporary name and moved into place, so a kill mid-way
+    leaves the old file or the new one, never half of one.
+    """
+    run_path = Path(run_path)
+    jsonl = run_path / JSONL_NAME
+    dropped = 0
+    if jsonl.exists():
+        text = jsonl.read_text(errors="replace")
+        lines = _complete_lines(text)
+        if text.strip() and not text.endswith("\n"):
+            print(f"labcore: {jsonl} ended in a line cut short (its writer was stopped mid-line): dropped",
+                  file=sys.stderr, flush=True)
+        kept, unreadable = [], 0
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                unreadable += 1
+                continue
+            if not (isinstance(row, dict) and _past(row.get(step_key), last_step)):
+                kept.append(line)
+        if unreadable:
+            print(f"labcore: {jsonl} held {unreadable} line(s) that do not parse: dropped", file=sys.stderr, flush=True)
+        dropped = sum(1 for piece in text.split("\n") if piece.strip()) - len(kept)
+        _replace(jsonl, "".join(line + "\n" for line in kept))
+    csv_path = run_path / CSV_NAME
+    if csv_path.exists():
+        table = list(csv.reader(io.StringIO("".join(line + "\n" for line in _complete_lines(csv_path.read_text())))))
+        buffer = io.StringIO()
+        if table:
+            header, body = table[0], table[1:]
+            index = header.index(step_key) if step_key in header else None
+            body = [r for r in body if len(r) == len(header) and (index is None or not _past(_number(r[index]), last_step))]
+            csv.writer(buffer).writerows([header, *body])
+        _replace(csv_path, buffer.getvalue())
+    return dropped
+
+
+def _complete_lines(text: str) -> list[str]:
+    """The lines of ``text`` that end with a newline, blank ones left out."""
+    lines = text.split("\n")[:-1]  # the piece after the last newline is unfinished (or empty)
+    return [line.rstrip("\r") for line in lines if line.strip()]
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _past(value: Any, last_step: int) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > last_step
+
+
+def _replace(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)

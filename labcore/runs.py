@@ -18,8 +18,8 @@ A run folder holds:
 Opening a folder that holds an earlier run is refused unless ``overwrite`` (which deletes that
 run's files, and only those) or ``resume`` is set. Resuming restores the newest intact checkpoint
 (``RunDir.open(..., resume=True, like=state)``; a damaged one is named in one line, moved to
-``damaged-checkpoints/`` and the one before it tried), checks that it was written with the same
-config, then cuts the metrics back to it: the rows a killed run logged after its last checkpoint are
+``damaged-checkpoints/`` and the one before it tried: ``labcore.run_restore``), checks that it was written with the same
+config, then cuts the metrics back to it (``labcore.logging.cut_metrics``): the rows a killed run logged after its last checkpoint are
 dropped, because the resumed run logs those steps again, so the files read as one uninterrupted run. That needs each row's ``step_key`` in the units of the
 checkpoint steps (updates, agent steps, epochs...). The TensorBoard event files are then rebuilt
 from the cut JSONL (labcore.logging.rebuild_tensorboard): a killed writer may not have written its
@@ -40,8 +40,6 @@ lock and are never blocked. The same process may open the folder again (a notebo
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import shutil
@@ -50,14 +48,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from labcore.logging import CSV_NAME, JSONL_NAME, MetricsLogger, event_files, read_metrics, rebuild_tensorboard
+from labcore import run_restore
+from labcore.logging import CSV_NAME, JSONL_NAME, MetricsLogger, cut_metrics, event_files, read_metrics, rebuild_tensorboard
 from labcore.run_layout import CHECKPOINTS_NAME, checkpoint_dir, config_dict, config_from_dict  # noqa: F401 (runs.*)
 from labcore.run_lock import hold_folder, holds, release_folder
 
 CONFIG_NAME = "config.json"
 SUMMARY_NAME = "summary.json"
 PLOT_NAME = "metrics.png"
-DAMAGED_NAME = "damaged-checkpoints"
 RUN_FILES = (CONFIG_NAME, JSONL_NAME, CSV_NAME, PLOT_NAME, SUMMARY_NAME, CHECKPOINTS_NAME)
 
 
@@ -145,7 +143,7 @@ class RunDir:
             steps = checkpoint.all_steps(run_path / CHECKPOINTS_NAME)
             if not steps:
                 raise FileNotFoundError(f"resume: no checkpoint in {run_path / CHECKPOINTS_NAME}")
-            _check_config(run_path / CHECKPOINTS_NAME, steps[-1], config, written_with)
+            run_restore.check_resume(run_path / CHECKPOINTS_NAME, steps[-1], config, written_with)
             run = cls(run_path, step_key, None, None, primary)
             run._resume_with = (config, tensorboard, written_with)
             return run if like is None else run.restore(like)
@@ -175,7 +173,7 @@ class RunDir:
         if self._resume_with is None:
             raise RuntimeError("restore: this run folder was not opened with resume=True, or is restored already")
         config, tensorboard, written_with = self._resume_with
-        self.resume_step, self.restored = _restore_intact(self.checkpoints, like, config, written_with, self.primary)
+        self.resume_step, self.restored = run_restore.restore_intact(self.checkpoints, like, config, written_with, self.primary)
         if self.primary:
             _check_config_file(self.path, config)
             cut_metrics(self.path, self.step_key, self.resume_step)
@@ -270,204 +268,3 @@ def _start(run_path: Path, config: Any, step_key: str, tensorboard: bool, primar
     run_path.mkdir(parents=True, exist_ok=True)
     (run_path / CONFIG_NAME).write_text(json.dumps(config_dict(config), indent=2) + "\n")
     return MetricsLogger(run_path, tensorboard=tensorboard, step_key=step_key)
-
-
-def _restore_intact(
-    checkpoints: Path, like: Any, config: Any, written_with: Mapping[str, Any] | None, primary: bool
-) -> tuple[int, tuple[Any, dict[str, Any]]]:
-    """(step, (state, metadata)) of the newest checkpoint in ``checkpoints`` that restores."""
-    from labcore import checkpoint  # here: orbax loads only for a run that needs it
-
-    steps = checkpoint.all_steps(checkpoints)
-    if not steps:
-        raise FileNotFoundError(f"resume: no checkpoint in {checkpoints}")
-    if primary:  # a save that never finished: out of orbax's way (it would save that step again beside it)
-        for stray in checkpoint.unfinished(checkpoints):
-            print(f"labcore: {stray} is a checkpoint whose save never finished: moved to {DAMAGED_NAME}/",
-                  file=sys.stderr, flush=True)
-            _set_aside(checkpoints, stray)
-    damaged: list[str] = []
-    for step in reversed(steps):
-        try:
-            target = like(checkpoint.restore_metadata(checkpoints, step)) if callable(like) else like
-            state, metadata = checkpoint.restore(checkpoints, target, step)
-        except checkpoint.WrongCheckpoint:  # another algorithm's (``checkpoint.expecting``), not damage
-            raise
-        except Exception as err:  # noqa: BLE001  (orbax and tensorstore raise many kinds on a damaged file)
-            reason = _first_cause(err)
-            _quiet_abandoned_reads()
-            damaged.append(f"step {step} ({reason[:300]})")
-            print(f"labcore: checkpoint {step} in {checkpoints} is damaged and is not used: {reason[:300]}",
-                  file=sys.stderr, flush=True)
-            continue
-        if damaged:
-            _check_config(checkpoints, step, config, written_with)
-            print(f"labcore: resuming from checkpoint {step}, the newest intact one", file=sys.stderr, flush=True)
-            if primary:  # out of orbax's folder, so that the resumed run's checkpoints replace them
-                for newer in (s for s in steps if s > step):
-                    _set_aside(checkpoints, checkpoints / str(newer))
-        return step, (state, metadata)
-    raise checkpoint.DamagedCheckpoints(f"resume: no intact checkpoint in {checkpoints}: " + "; ".join(damaged))
-
-
-def _set_aside(checkpoints: Path, folder: Path) -> Path:
-    """Move a damaged or unfinished checkpoint folder to ``DAMAGED_NAME`` beside ``checkpoints``, kept for a look."""
-    aside = checkpoints.parent / DAMAGED_NAME
-    aside.mkdir(exist_ok=True)
-    target, copy = aside / folder.name, 1
-    while target.exists():  # damaged before, at the same step
-        target, copy = aside / f"{folder.name}.{copy}", copy + 1
-    shutil.move(str(folder), str(target))
-    return target
-
-
-def _quiet_abandoned_reads() -> None:
-    """Silence what orbax leaves behind when a restore fails part-way: its other reads of the same
-    checkpoint are abandoned, and as they are collected or call back into the closed event loop,
-    Python prints "Task exception was never retrieved", "Exception ignored in: <coroutine ...>" and
-    "RuntimeError: Event loop is closed" tracebacks, dozens of them, each repeating the one failure
-    already reported in one line. Only those are dropped; any other warning still prints."""
-    import gc
-    import logging
-    import threading
-
-    if getattr(_quiet_abandoned_reads, "installed", False):
-        gc.collect()
-        return
-
-    def abandoned(exc: BaseException | None, obj: Any = None) -> bool:
-        if isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc):
-            return True
-        return "orbax" in repr(obj) or "_read_array_index" in repr(obj) or (
-            exc is not None and "Encountered error while reading array" in str(exc))
-
-    previous_unraisable, previous_thread_hook = sys.unraisablehook, threading.excepthook
-
-    def unraisable(info) -> None:
-        if not abandoned(info.exc_value, info.object):
-            previous_unraisable(info)
-
-    def thread_hook(args) -> None:
-        if not abandoned(args.exc_value):
-            previous_thread_hook(args)
-
-    class Unretrieved(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            exc = record.exc_info[1] if record.exc_info else None
-            return not ("never retrieved" in record.getMessage() and abandoned(exc, record.getMessage()))
-
-    sys.unraisablehook, threading.excepthook = unraisable, thread_hook
-    logging.getLogger("asyncio").addFilter(Unretrieved())
-    _quiet_abandoned_reads.installed = True
-    gc.collect()
-
-
-def _first_cause(err: BaseException) -> str:
-    """The first line of the innermost exception behind ``err`` (orbax wraps tensorstore's, which
-    says what is wrong: DATA_LOSS, a failed checksum, a corrupt block), with its type."""
-    while (err.__cause__ or err.__context__) is not None:
-        err = err.__cause__ or err.__context__
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
-
-
-def _check_config(checkpoints: Path, step: int, config: Any, written_with: Mapping[str, Any] | None = None) -> None:
-    """ValueError unless checkpoint ``step`` was written by ``written_with["algorithm"]`` (first:
-    ``checkpoint.expect``), with ``config`` (compared as JSON data) and with each other entry of
-    ``written_with`` (a missing entry reads as None). A checkpoint whose metadata cannot be read is
-    left to the restore, which reports it."""
-    from labcore import checkpoint
-
-    try:
-        metadata = checkpoint.restore_metadata(checkpoints, step)
-    except Exception:  # noqa: BLE001
-        return
-    written_with = dict(written_with or {})
-    checkpoint.expect(metadata, written_with.pop("algorithm", ""), checkpoints.parent)
-    for name, wanted in written_with.items():
-        if metadata.get(name) != wanted:
-            raise ValueError(f"{name}: the run in {checkpoints.parent} was written with {name}={metadata.get(name)}, "
-                             f"this resume asks for {name}={wanted}; resume it with {name}={metadata.get(name)}")
-    saved = metadata.get("config")
-    if not isinstance(saved, Mapping):
-        return
-    current = json.loads(json.dumps(config_dict(config)))  # tuples -> lists, as the metadata holds them
-    different = sorted(name for name in current.keys() | saved.keys() if current.get(name) != saved.get(name))
-    if different:
-        held = f" (algorithm {metadata['algorithm']})" if metadata.get("algorithm") else ""  # maybe another driver's
-        raise ValueError(f"resume: the checkpoint in {checkpoints}{held} was written with a different config: {different}")
-
-
-def progress_bar(total: int, *, desc: str, unit: str, initial: int = 0, enabled: bool = True, unit_scale: bool = False):
-    """The drivers' tqdm bar. mininterval 2 s: a notebook's stored output stays small."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=unit_scale, disable=not enabled,
-                mininterval=2.0)
-
-
-def cut_metrics(run_path: str | os.PathLike, step_key: str, last_step: int) -> int:
-    """Drop the rows of metrics.jsonl / metrics.csv whose ``step_key`` is greater than ``last_step``.
-
-    Returns how many rows of metrics.jsonl were dropped. Rows without ``step_key`` are kept. A
-    last line without its newline was being written when the run was killed: it is dropped, as is
-    a line that does not parse, each said in one line on stderr (a repair, not the rows a resume
-    logs again). Each file is rewritten to a temporary name and moved into place, so a kill mid-way
-    leaves the old file or the new one, never half of one.
-    """
-    run_path = Path(run_path)
-    jsonl = run_path / JSONL_NAME
-    dropped = 0
-    if jsonl.exists():
-        text = jsonl.read_text(errors="replace")
-        lines = _complete_lines(text)
-        if text.strip() and not text.endswith("\n"):
-            print(f"labcore: {jsonl} ended in a line cut short (its writer was stopped mid-line): dropped",
-                  file=sys.stderr, flush=True)
-        kept, unreadable = [], 0
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                unreadable += 1
-                continue
-            if not (isinstance(row, dict) and _past(row.get(step_key), last_step)):
-                kept.append(line)
-        if unreadable:
-            print(f"labcore: {jsonl} held {unreadable} line(s) that do not parse: dropped", file=sys.stderr, flush=True)
-        dropped = sum(1 for piece in text.split("\n") if piece.strip()) - len(kept)
-        _replace(jsonl, "".join(line + "\n" for line in kept))
-    csv_path = run_path / CSV_NAME
-    if csv_path.exists():
-        table = list(csv.reader(io.StringIO("".join(line + "\n" for line in _complete_lines(csv_path.read_text())))))
-        buffer = io.StringIO()
-        if table:
-            header, body = table[0], table[1:]
-            index = header.index(step_key) if step_key in header else None
-            body = [r for r in body if len(r) == len(header) and (index is None or not _past(_number(r[index]), last_step))]
-            csv.writer(buffer).writerows([header, *body])
-        _replace(csv_path, buffer.getvalue())
-    return dropped
-
-
-def _complete_lines(text: str) -> list[str]:
-    """The lines of ``text`` that end with a newline, blank ones left out."""
-    lines = text.split("\n")[:-1]  # the piece after the last newline is unfinished (or empty)
-    return [line.rstrip("\r") for line in lines if line.strip()]
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _past(value: Any, last_step: int) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > last_step
-
-
-def _replace(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)

@@ -156,6 +156,14 @@ def show_on_bar(bar: Any, row: Mapping[str, Any], shown: Mapping[str, str]) -> N
         bar.set_postfix({label: f"{value:.2f}" for label, value in values.items()}, refresh=False)
 
 
+def progress_bar(total: int, *, desc: str, unit: str, initial: int = 0, enabled: bool = True, unit_scale: bool = False):
+    """The drivers' tqdm bar. mininterval 2 s: a notebook's stored output stays small."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=unit_scale, disable=not enabled,
+                mininterval=2.0)
+
+
 class TrainingRun:
     """One run: ``folder`` (its ``labcore.runs.RunDir``), the progress bar and the clock.
 
@@ -223,7 +231,7 @@ class TrainingRun:
     def start(self, steps: int = 0) -> None:
         """Start the clock, and the progress bar at ``steps`` units done (a resumed run's)."""
         self.first_steps = steps
-        self.bar = runs.progress_bar(self.total_steps, desc=self.name, unit=self.unit, unit_scale=True,
+        self.bar = progress_bar(self.total_steps, desc=self.name, unit=self.unit, unit_scale=True,
                                      enabled=self.progress, initial=steps)
         self.started = time.perf_counter()
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import labcore
-from labcore import checkpoint, replay, runs
+from labcore import checkpoint, replay, run_restore, runs
 from labcore.__main__ import main as cli
 from labcore.agents import registry
 from labcore.agents.dqn import host_loop, learner_checkpoints, multi_process
@@ -264,7 +264,7 @@ def test_checkpoints_written_before_the_schema_load_and_resume_as_before(folder,
 def assert_untouched(path: Path, steps: list[int]) -> None:
     """A refused resume moved nothing aside and removed nothing."""
     assert checkpoint.all_steps(path / "checkpoints") == steps
-    assert not (path / runs.DAMAGED_NAME).exists()
+    assert not (path / run_restore.DAMAGED_NAME).exists()
 
 
 # pqn into a PPO folder: every config field differs; the jitted DQN and the data-parallel one share

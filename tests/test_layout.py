@@ -72,7 +72,7 @@ def within(name: str, prefix: str) -> bool:
 LAYERS = ("labcore.tools", "labcore.course", "labcore.__main__")  # above the library, in order
 LOWER_THAN_AGENTS = (
     "labcore.envs", "labcore.nets", "labcore.replay", "labcore.losses", "labcore.torch_ref", "labcore.validation",
-    "labcore.evaluation", "labcore.runs", "labcore.run_layout", "labcore.checkpoint", "labcore.logging", "labcore.devices",
+    "labcore.evaluation", "labcore.runs", "labcore.run_restore", "labcore.run_layout", "labcore.checkpoint", "labcore.logging", "labcore.devices",
     "labcore.distributed", "labcore.ray_cluster", "labcore.compile_cache", "labcore.loop", "labcore.training_run",
     "labcore.tools",
 )

@@ -202,8 +202,27 @@ def test_help_and_version_answer_without_starting_jax():
 
 
 def test_the_architecture_guide_lists_every_algorithm_of_the_registry():
+    import importlib.util
+
     from conftest import REPO_ROOT
 
     page = (REPO_ROOT / "docs" / "guide" / "architecture.md").read_text()
-    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert "{{ algorithms_table }}" in page and not [line for line in page.splitlines() if line.startswith("| `")]
+    spec = importlib.util.spec_from_file_location("registry_table", REPO_ROOT / "docs" / "tooling" / "registry_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.table().splitlines()[2:]  # under the header: one row per algorithm, in the registry's order
     assert rows == [f"| `{a.name}` | `{a.driver}` | {a.help} |" for a in registry.ALGORITHMS]
+
+
+def test_every_driver_writes_its_registry_name_once_as_its_algorithm():
+    import importlib
+    import inspect
+
+    for algorithm in registry.ALGORITHMS:
+        module = importlib.import_module(algorithm.driver)
+        assert module.ALGORITHM == algorithm.name, algorithm.driver
+        sources = [inspect.getsource(module)]
+        if algorithm.name == "dqn-actor-learner":  # the name lives with its checkpoints, which it imports
+            sources.append(inspect.getsource(importlib.import_module("labcore.agents.dqn.learner_checkpoints")))
+        assert sum(source.count(f'"{algorithm.name}"') for source in sources) == 1, algorithm.driver

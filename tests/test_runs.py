@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from labcore import run_lock, runs
-from labcore.logging import MetricsLogger, read_metrics
+from labcore.logging import MetricsLogger, cut_metrics, read_metrics
 from conftest import descendants
 from test_tensorboard import assert_mirrors_jsonl
 
@@ -123,11 +123,11 @@ def test_cut_metrics_drops_rows_past_the_step_in_jsonl_and_csv(tmp_path):
     write_rows(tmp_path, [1, 2, 3, 4, 5])
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"note": "no step"}\n')
-    assert runs.cut_metrics(tmp_path, "update", 3) == 2
+    assert cut_metrics(tmp_path, "update", 3) == 2
     assert [row.get("update") for row in read_metrics(tmp_path)] == [1, 2, 3, None]  # a row without the key stays
     assert csv_column(tmp_path, "update") == [1, 2, 3]
     assert (tmp_path / "metrics.csv").read_text().splitlines()[0] == "update,loss"
-    assert runs.cut_metrics(tmp_path, "update", 0) == 3
+    assert cut_metrics(tmp_path, "update", 0) == 3
     assert [row.get("update") for row in read_metrics(tmp_path)] == [None]
     assert (tmp_path / "metrics.csv").read_text().splitlines() == ["update,loss"]  # the header stays
     assert not list(tmp_path.glob("*.tmp"))
@@ -139,7 +139,7 @@ def test_cut_metrics_tolerates_a_last_line_cut_short_by_a_kill(tmp_path, cut_at)
     for name, line in (("metrics.jsonl", '{"update": 4, "loss": 0.4}'), ("metrics.csv", "4,0.4")):
         with open(tmp_path / name, "a") as f:
             f.write(line[: min(cut_at, len(line))])  # no newline: killed mid-write
-    runs.cut_metrics(tmp_path, "update", 3)
+    cut_metrics(tmp_path, "update", 3)
     assert [row["update"] for row in read_metrics(tmp_path)] == [1, 2, 3]
     assert csv_column(tmp_path, "update") == [1, 2, 3]
     # and the files go on as before: the next row starts a line of its own
@@ -151,7 +151,7 @@ def test_cut_metrics_tolerates_a_last_line_cut_short_by_a_kill(tmp_path, cut_at)
 
 def test_cut_metrics_on_a_header_cut_short_leaves_an_empty_csv(tmp_path):
     (tmp_path / "metrics.csv").write_text("upd")
-    runs.cut_metrics(tmp_path, "update", 3)
+    cut_metrics(tmp_path, "update", 3)
     assert (tmp_path / "metrics.csv").read_text() == ""
     MetricsLogger(tmp_path).log({"update": 4})
     assert csv_column(tmp_path, "update") == [4]

@@ -70,8 +70,8 @@ import numpy as np
 from labcore import ray_cluster, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.config import ACTOR_LEARNER
-from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (load_checkpoint: this driver's, for the registry)
-    Counters as _Counters, load_checkpoint, restore as _restore, save as _save)
+from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (ALGORITHM, load_checkpoint: this driver's)
+    ALGORITHM, Counters as _Counters, load_checkpoint, restore as _restore, save as _save)
 from labcore.training_run import TrainingRun
 
 ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works

@@ -5,7 +5,7 @@ how a resume reads it back, and ``load_checkpoint`` for evaluation.
 
 A checkpoint, numbered by learner update, holds the learner's state, ``{"train_state": TrainState,
 "replay": ReplayState (labcore.replay), "key": its PRNG key}``, and metadata in the schema of
-``labcore.checkpoint`` (algorithm "dqn-actor-learner") with the run's ``Counters`` beside it. They
+``labcore.checkpoint`` (algorithm ``ALGORITHM``) with the run's ``Counters`` beside it. They
 live apart from the Ray loop because none of them needs Ray or an actor: a checkpoint loads for
 evaluation on a machine without a cluster. Orbax is imported inside the functions, so that every
 actor process, which imports the driver, does not load it.

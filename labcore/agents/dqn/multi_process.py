@@ -56,6 +56,8 @@ from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.agents.dqn.config import DATA_PARALLEL
 
+ALGORITHM = "dqn-data-parallel"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+
 AXIS = distributed.AXIS
 REPLICA_AXIS = "replicas"  # the vmapped replicas inside one device (replicas_per_device > 1)
 
@@ -213,7 +215,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
         streams_metrics=False,
         check=check,
         written_with={"devices": num_devices, "replicas_per_device": per_device},
-        algorithm="dqn-data-parallel",
+        algorithm=ALGORITHM,
     )
 
 
@@ -233,7 +235,7 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     newest step), in one process whatever the cluster that wrote it: the carry is replica 0's (the
     learner every replica holds, with replica 0's envs, replay buffer and key; as
     ``labcore.agents.dqn.scan.load_checkpoint`` returns)."""
-    directory, metadata, config = checkpoint.open_run(path, "dqn-data-parallel", dqn.DQNConfig, step)
+    directory, metadata, config = checkpoint.open_run(path, ALGORITHM, dqn.DQNConfig, step)
     layout = (metadata["devices"], metadata["replicas_per_device"])
     one = dqn_scan.make_parts(config).init(*jax.random.split(jax.random.key(0), 3))  # real keys: see checkpoint
     like = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (*layout, *leaf.shape)), one)

@@ -30,6 +30,8 @@ from labcore import envs, logged_scan, loop, replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import make_dqn
 
+ALGORITHM = "dqn-scan"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+
 
 class ScanResult(NamedTuple):
     """What ``train(key)`` returns (``jax.vmap`` over keys adds a leading seed axis to each leaf).
@@ -265,7 +267,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> lo
         plotted=PLOTTED,
         shown={"ret": "episode_return", "eps": "epsilon"},
         evaluate=evaluate_state,
-        algorithm="dqn-scan",
+        algorithm=ALGORITHM,
     )
 
 
@@ -295,7 +297,7 @@ def evaluation(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) ->
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, _Carry]:
     """(config, carry) from a run folder of ``train`` or its checkpoints/ folder (default: newest)."""
-    return loop.load_checkpoint(path, dqn.DQNConfig, make_program, step, algorithm="dqn-scan")
+    return loop.load_checkpoint(path, dqn.DQNConfig, make_program, step, algorithm=ALGORITHM)
 
 
 def make_evaluate(

@@ -38,6 +38,8 @@ from labcore.agents.gflownet.core import GFlowNetConfig
 from labcore.envs import hypergrid
 from labcore.training_run import TrainingRun
 
+ALGORITHM = "gflownet"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+
 PLOTTED = ("loss", "l1")
 
 
@@ -101,7 +103,7 @@ def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> l
         unit="trajectory",
         unit_plural="trajectories",
         x_key="update",
-        algorithm="gflownet",
+        algorithm=ALGORITHM,
     )
 
 
@@ -180,4 +182,4 @@ def _torch_params(agent) -> dict[str, Any]:
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[GFlowNetConfig, TrainState]:
     """(config, state) of an all-JAX run from its folder or checkpoints/ folder (default: newest step)."""
-    return loop.load_checkpoint(path, GFlowNetConfig, make_program, step, algorithm="gflownet")
+    return loop.load_checkpoint(path, GFlowNetConfig, make_program, step, algorithm=ALGORITHM)

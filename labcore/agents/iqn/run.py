@@ -60,6 +60,8 @@ from labcore.agents.iqn.runners import EpochNumbers, make_runner
 from labcore.training_run import TrainingRun
 from labcore.runs import checkpoint_dir
 
+ALGORITHM = "iqn"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+
 # evaluate's default seed: the key schedule of play after training, apart from the training seeds
 EVAL_SEED = 10_000
 METRIC_COLUMNS = ("update", "gems", "gems_per_world", "mean_reward", "loss", "epsilon", "epoch_seconds")
@@ -138,7 +140,7 @@ def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loo
         summarize=lambda rows: _summarize(config, rows),
         x_key="update",
         compile=compile_lowered,
-        algorithm="iqn",
+        algorithm=ALGORITHM,
     )
 
 
@@ -260,9 +262,9 @@ def check_params(params: Any, config: IQNRunConfig) -> None:
 
 def save_checkpoint(directory: str | os.PathLike, config: IQNRunConfig, params: Any) -> Path:
     """Write the stacked params as checkpoint ``config.epochs``, its metadata in the schema of
-    ``labcore.checkpoint`` (algorithm "iqn", this module as the driver) with "epochs" beside it."""
+    ``labcore.checkpoint`` (algorithm ``ALGORITHM``, this module as the driver) with "epochs" beside it."""
     check_params(params, config)
-    return checkpoint.save_run(directory, config.epochs, {"params": params}, algorithm="iqn", driver=__name__,
+    return checkpoint.save_run(directory, config.epochs, {"params": params}, algorithm=ALGORITHM, driver=__name__,
                                config=config, epochs=config.epochs)
 
 
@@ -272,8 +274,8 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[I
     a run of several seeds), or a host mode's parameters (all it saves). ``load_params`` gives the
     parameters of either, checked against a config. Another algorithm's checkpoint is refused
     (``labcore.checkpoint.WrongCheckpoint``)."""
-    if written_by(checkpoint.open_run(path, "iqn", IQNRunConfig, step).metadata) == loop.__name__:
-        return loop.load_checkpoint(path, IQNRunConfig, make_program, step, algorithm="iqn")
+    if written_by(checkpoint.open_run(path, ALGORITHM, IQNRunConfig, step).metadata) == loop.__name__:
+        return loop.load_checkpoint(path, IQNRunConfig, make_program, step, algorithm=ALGORITHM)
     return load_params(path, step=step)  # a host mode's checkpoint: written here
 
 
@@ -300,7 +302,7 @@ def load_params(path: str | os.PathLike, config: IQNRunConfig | None = None, ste
         raise ValueError("load_checkpoint takes a config or overrides, not both")
     if not checkpoint_dir(path).is_dir():
         raise FileNotFoundError(f"no checkpoint in {path}")
-    directory, metadata, saved = checkpoint.open_run(path, "iqn", IQNRunConfig, step)
+    directory, metadata, saved = checkpoint.open_run(path, ALGORITHM, IQNRunConfig, step)
     if written_by(metadata) == __name__:  # a host mode's: the parameters only
         params = checkpoint.restore(directory, like={"params": params_shape(saved)}, step=step)[0]["params"]
     elif metadata.get("seeds"):

@@ -30,6 +30,8 @@ import numpy as np
 from labcore import evaluation, loop
 from labcore.agents.ppo import core as ppo
 
+ALGORITHM = "ppo"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
 
 
@@ -53,7 +55,7 @@ def make_program(config: ppo.PPOConfig, callback=None, log_every: int = 1) -> lo
         shown={"ret": "episode_return", "ent": "entropy"},
         evaluate=lambda runner, seed: _evaluate(agent, runner.params, seed + 1),
         summarize=lambda rows: {"max_invalid_action_rate": max((row["invalid_action_rate"] for row in rows), default=None)},
-        algorithm="ppo",
+        algorithm=ALGORITHM,
     )
 
 
@@ -91,4 +93,4 @@ def _evaluate(agent: ppo.PPO, params: Any, seed: int) -> dict[str, Any]:
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[ppo.PPOConfig, ppo.RunnerState]:
     """(config, runner) from a run directory or its checkpoints/ folder (default: newest step)."""
-    return loop.load_checkpoint(path, ppo.PPOConfig, make_program, step, algorithm="ppo")
+    return loop.load_checkpoint(path, ppo.PPOConfig, make_program, step, algorithm=ALGORITHM)

@@ -30,6 +30,8 @@ import numpy as np
 from labcore import evaluation, loop
 from labcore.agents.pqn import core as pqn
 
+ALGORITHM = "pqn"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+
 PLOTTED = ("episode_return", "epsilon", "loss", "q_mean")
 
 
@@ -48,7 +50,7 @@ def make_program(config: pqn.PQNConfig, callback=None, log_every: int = 1) -> lo
         plotted=PLOTTED,
         shown={"ret": "episode_return", "eps": "epsilon"},
         evaluate=lambda runner, seed: _evaluate(agent, runner.params, seed + 1),
-        algorithm="pqn",
+        algorithm=ALGORITHM,
         after_restore=None if games is None else (
             lambda runner: runner.replace(env_state=games(runner.env_state, np.asarray(runner.obs)))),
         summarize=None if games is None else (lambda rows: {"env_stepping": agent.env.stepping}),
@@ -90,4 +92,4 @@ def _evaluate(agent: pqn.PQN, params: Any, seed: int) -> dict[str, Any]:
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[pqn.PQNConfig, pqn.RunnerState]:
     """(config, runner) from a run directory or its checkpoints/ folder (default: newest step)."""
-    return loop.load_checkpoint(path, pqn.PQNConfig, make_program, step, algorithm="pqn")
+    return loop.load_checkpoint(path, pqn.PQNConfig, make_program, step, algorithm=ALGORITHM)
