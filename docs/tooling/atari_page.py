@@ -124,8 +124,9 @@ def time_note(data: dict[str, Any]) -> str:
         return ""
     update = next(row for row in speed["rows"] if row["part"] == "PQN update")
     steps = 1000 / update["ms per agent step"]
-    return (f"The run shared the machine (above), so these rates are lower bounds; one update timed apart from it "
-            f"took {update['per update (s)']:.2f} s, {steps:,.0f} agent steps/s (the speed table below).")
+    runs = "The runs" if len(data["runs"]) > 1 else "The run"
+    return (f"{runs} shared the machine (above), so these rates are lower bounds; one update timed apart from "
+            f"{'them' if len(data['runs']) > 1 else 'it'} took {update['per update (s)']:.2f} s, {steps:,.0f} agent steps/s (the speed table below).")
 
 
 def speed_table(data: dict[str, Any]) -> str:
