@@ -1,4 +1,4 @@
-"""The Atari results page's tables and figure, rendered at build time from the recorded run.
+"""The Atari results page's tables and figure, rendered at build time from the recorded runs.
 
 ``docs/results/atari.md`` holds the prose; its numbers come from ``labcore.course.recorded``'s
 ``pqn_atari_breakout`` (written by ``benchmarks/atari.py curve``) through MyST substitutions that
@@ -27,14 +27,14 @@ def _hours(seconds: float) -> str:
 
 
 def _seeds(data: dict[str, Any]) -> str:
-    """"seed 0" or "3 seeds (0, 1, 2)"."""
+    """"seed 0" or "seeds 0, 1 and 2"."""
     seeds = [str(run["seed"]) for run in data["runs"]]
-    return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds ({', '.join(seeds)})"
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(seeds[:-1])} and {seeds[-1]}"
 
 
 def run_line(data: dict[str, Any]) -> str:
     beside = f" Beside the run{'s' if len(data['runs']) > 1 else ''}: {data['beside']}." if data.get("beside") else ""
-    order = "" if len(data["runs"]) == 1 else ", each run one after the other"
+    order = "" if len(data["runs"]) == 1 else ", the runs one after the other"
     return (f"`{data['command']}` ({_seeds(data)}){order} on {data['machine']}, JAX {data['jax']}, "
             f"ale-py {data['ale_py']}, finished {data['date']}.{beside}")
 
@@ -58,12 +58,14 @@ def blocks_table(data: dict[str, Any]) -> str:
 
 def where_line(data: dict[str, Any]) -> str:
     """What every table of the page was measured on, said above each."""
-    return f"The run above: {data['machine']}; JAX {data['jax']}, ale-py {data['ale_py']}; {data['date']}."
+    runs = "The runs" if len(data["runs"]) > 1 else "The run"
+    return f"{runs} above: {data['machine']}; JAX {data['jax']}, ale-py {data['ale_py']}; {data['date']}."
 
 
 def games_line(data: dict[str, Any]) -> str:
     counts = [f"seed {run['seed']}: {run['games']:,}" for run in data["runs"]]
-    return "Training games finished in the whole run (each counted in the block it ended in): " + "; ".join(counts) + "."
+    whole = "each whole run" if len(data["runs"]) > 1 else "the whole run"
+    return f"Training games finished in {whole} (each counted in the block it ended in): " + "; ".join(counts) + "."
 
 
 def final_sentence(data: dict[str, Any]) -> str:
@@ -72,7 +74,7 @@ def final_sentence(data: dict[str, Any]) -> str:
     curves = {agent: {f: m for f, m, _, _ in curve} for agent, curve in published.DOPAMINE_BREAKOUT.items()}
     shared = [b for b, f in enumerate(frames) if all(f in curve for curve in curves.values())]
     if not shared:
-        return "No block of this run is one Dopamine's data has."
+        return "No block of the recorded runs is one Dopamine's data has."
     b = shared[-1]
     theirs = sorted(((curve[frames[b]], agent) for agent, curve in curves.items()), reverse=True)
     below = [f"{agent} {value:.1f}" for value, agent in theirs if value < mean[b]]
@@ -83,11 +85,18 @@ def final_sentence(data: dict[str, Any]) -> str:
                  f"{len(above)} ({'; '.join(above)})")
     spread = "" if len(data["runs"]) == 1 else f", from {low[b]:.1f} to {high[b]:.1f}"
     best = theirs[0][1]
+    theirs_said = "these runs'" if len(data["runs"]) > 1 else "this run's"
     _, _, best_low, best_high = next(point for point in published.DOPAMINE_BREAKOUT[best] if point[0] == frames[b])
-    return (f"In the block to {frames[b]:,} frames PQN's training games returned {mean[b]:.1f} on average "
-            f"({_seeds(data)}{spread}), {said}. Dopamine's values are each the mean of five runs ({best}'s five: "
-            f"{best_low:.1f} to {best_high:.1f}), under Dopamine's own protocol, which differs from this run's (below): "
-            f"not like for like.")
+    average = "on average" if len(data["runs"]) == 1 else "as the mean of the seeds' block means"
+    below_best = [f"seed {run['seed']}'s {run['blocks'][b]['mean_return']:.1f}" for run in data["runs"]
+                  if run["blocks"][b]["mean_return"] < theirs[0][0]]
+    unsettled = "" if not below_best else (
+        f" {' and '.join(below_best)} {'is' if len(below_best) == 1 else 'are'} below {best}'s {theirs[0][0]:.1f}: "
+        f"{len(data['runs'])} runs against five, their ranges overlapping, do not settle the order against {best}.")
+    return (f"In the block to {frames[b]:,} frames PQN's training games returned {mean[b]:.1f} {average} "
+            f"({_seeds(data)}{spread}), {said}.{unsettled} Dopamine's values are each the mean of five runs ({best}'s "
+            f"five: {best_low:.1f} to {best_high:.1f}), under Dopamine's own protocol, which differs from {theirs_said} "
+            f"(below): not like for like.")
 
 
 def evaluations_table(data: dict[str, Any]) -> str:
@@ -125,14 +134,17 @@ def time_note(data: dict[str, Any]) -> str:
     update = next(row for row in speed["rows"] if row["part"] == "PQN update")
     steps = 1000 / update["ms per agent step"]
     runs = "The runs" if len(data["runs"]) > 1 else "The run"
-    return (f"{runs} shared the machine (above), so these rates are lower bounds; one update timed apart from "
-            f"{'them' if len(data['runs']) > 1 else 'it'} took {update['per update (s)']:.2f} s, {steps:,.0f} agent steps/s (the speed table below).")
+    return (f"{runs} shared the machine (above), so these rates are lower bounds for it. The speed table below timed one "
+            f"update apart from {'them' if len(data['runs']) > 1 else 'it'}, but not on an idle machine either (its load "
+            f"averages are beside it): {update['per update (s)']:.2f} s, {steps:,.0f} agent steps/s" + "".join(
+                f"; seed {run['seed']}'s whole run went faster ({run['agent_steps_per_s']:,.0f})" for run in data["runs"]
+                if (run["agent_steps_per_s"] or 0) > steps) + ".")
 
 
 def speed_table(data: dict[str, Any]) -> str:
     speed = data.get("speed")
     if speed is None:
-        return "(not measured with this run)"
+        return "(not measured with the recorded runs)"
     header = ["part", "seconds per update", "ms per agent step", "what it is"]
     shown = {"floors: games + acting + learning": "games floor + acting floor + learning"}
     once = "learning, JAX's own convolution gradients"  # timed once: it takes minutes
@@ -149,7 +161,7 @@ def speed_line(data: dict[str, Any]) -> str:
     machine = speed["machine"]
     label = machine.get("label") or f"{machine['processor']}, {machine['cpu_count']} CPU cores"
     load = speed.get("load_average")
-    beside = "" if load is None else f", the 1-minute load average {load[0]} before and {load[1]} after"
+    beside = "" if load is None else f", the 1-minute load average {load[0]:.2f} before and {load[1]:.2f} after"
     return f"`python benchmarks/atari.py speed` on {label}, JAX {machine['jax']}, {speed['time'][:10]}{beside}:"
 
 
@@ -184,7 +196,7 @@ def speed_reading(data: dict[str, Any]) -> str:
 
 
 def substitutions() -> dict[str, str]:
-    """The MyST substitutions atari.md uses, from the recorded run."""
+    """The MyST substitutions atari.md uses, from the recorded runs."""
     data = recorded.load(NAME)
     return {
         "atari_run": run_line(data),
