@@ -90,9 +90,11 @@ def final_sentence(data: dict[str, Any]) -> str:
     average = "on average" if len(data["runs"]) == 1 else "as the mean of the seeds' block means"
     below_best = [f"seed {run['seed']}'s {run['blocks'][b]['mean_return']:.1f}" for run in data["runs"]
                   if run["blocks"][b]["mean_return"] < theirs[0][0]]
+    counted = {2: "two", 3: "three", 4: "four", 5: "five"}.get(len(data["runs"]), str(len(data["runs"])))
     unsettled = "" if not below_best else (
-        f" {' and '.join(below_best)} {'is' if len(below_best) == 1 else 'are'} below {best}'s {theirs[0][0]:.1f}: "
-        f"{len(data['runs'])} runs against five, their ranges overlapping, do not settle the order against {best}.")
+        f" {' and '.join(below_best).capitalize()} {'is' if len(below_best) == 1 else 'are'} below {best}'s "
+        f"{theirs[0][0]:.1f}: {counted} runs against five, their ranges overlapping, do not settle the order against "
+        f"{best}.")
     return (f"In the block to {frames[b]:,} frames PQN's training games returned {mean[b]:.1f} {average} "
             f"({_seeds(data)}{spread}), {said}.{unsettled} Dopamine's values are each the mean of five runs ({best}'s "
             f"five: {best_low:.1f} to {best_high:.1f}), under Dopamine's own protocol, which differs from {theirs_said} "
