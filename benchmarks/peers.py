@@ -362,8 +362,8 @@ def run(pairs: list[Pair], rounds: int, agent_counts: list[int] | None, timeout_
                 spec = spec_of(pair, side, agents)
                 key = side_key(round_, spec)
                 if key in done:
-                    result, elapsed, date, how = (*(done[key][name] for name in ("result", "elapsed_s", "date")),
-                                                  "recorded before")
+                    entry = done[key]
+                    result, elapsed, date, how = entry["result"], entry["elapsed_s"], entry["date"], "recorded before"
                 else:
                     started = time.perf_counter()
                     result = run_side(pythons[side], spec, timeout_s)

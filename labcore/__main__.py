@@ -39,6 +39,7 @@ import os
 import sys
 
 from labcore.agents import registry
+from labcore.training_run import RunOptions  # imports neither JAX nor orbax
 
 
 def _positive_int(text: str) -> int:
@@ -132,8 +133,6 @@ def _add_eval_command(commands, algorithm: registry.Algorithm) -> None:
 def _add_run_option_flags(group) -> None:
     """One flag per field of ``labcore.training_run.RunOptions`` that has one: a count (a positive int),
     a switch on (``--resume``), a ``--no-...`` switch off, or both (``--tensorboard`` / ``--no-tensorboard``)."""
-    from labcore.training_run import RunOptions  # imports neither JAX nor orbax
-
     for option in dataclasses.fields(RunOptions):
         flag, help = option.metadata["flag"], option.metadata["help"]
         if flag is None:
@@ -245,8 +244,6 @@ def _train(args: argparse.Namespace, algorithm: registry.Algorithm) -> int:
     process = _process_index() if launched else 0
     if process == 0:
         print(config)
-    from labcore.training_run import RunOptions
-
     options = {option.name: getattr(args, option.name) for option in dataclasses.fields(RunOptions)
                if option.metadata["flag"] is not None}
     options["progress"] = options["progress"] and not launched

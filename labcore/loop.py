@@ -291,10 +291,6 @@ def train(
     checked: dict[str, Any] = {}
     done = first_update  # counted here: reading it from a state of several seeds would copy every leaf
 
-    def summarize_call(rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        return run.summary(updates=done, steps=done * program.steps_per_update, compile_s=compile_s, run_s=run_s,
-                           seeds=seeds, rows=rows)
-
     chunk_began = time.perf_counter()
     for chunk in chunks(program, state, sizes, seeds=seeds):
         state, compile_s, run_s = chunk.state, compile_s + chunk.compile_s, run_s + chunk.run_s
@@ -311,7 +307,9 @@ def train(
             now = time.perf_counter()
             if stop_after_s is not None and done < program.num_updates and now + (now - chunk_began) - started > stop_after_s:
                 # this call's times, so that a run trained in slices can add its calls up
-                return run.end_early(state, {"stopped_at_update": done, **summarize_call([])})
+                return run.end_early(state, {"stopped_at_update": done, **run.summary(
+                    updates=done, steps=done * program.steps_per_update, compile_s=compile_s, run_s=run_s, seeds=seeds,
+                    rows=[])})
         chunk_began = time.perf_counter()
     run.stop()
 

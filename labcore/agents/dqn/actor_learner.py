@@ -218,8 +218,8 @@ def run(
         ray_cluster.init(address, num_cpus=max(os.cpu_count() or 1, int(np.ceil(num_actors * cpus_per_actor)) + 1)
                          if address is None else None)
         host = TrainingRun.open(run_dir, config, name=f"DQN actor-learner on {config.env_id}",
-                            total_steps=config.total_steps, plotted=PLOTTED, resume=resume, overwrite=overwrite,
-                            tensorboard=tensorboard, progress=False)  # it shows rows (on_log), never a bar
+                                total_steps=config.total_steps, plotted=PLOTTED, resume=resume, overwrite=overwrite,
+                                tensorboard=tensorboard, progress=False)  # it shows rows (on_log), never a bar
         try:
             return _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
                           max_restarts, cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s,

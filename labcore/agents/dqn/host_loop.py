@@ -245,8 +245,8 @@ def train(
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
     # Ordered by agent step: the checkpoints are numbered by agent step, and a resume cuts the rows at one.
     host = TrainingRun.open(run_dir, config, name=f"DQN on {config.env_id}", total_steps=end_step, plotted=PLOTTED,
-                        shown={"ret": "episode_return", "eps": "epsilon"}, step_key="timesteps", resume=resume,
-                        overwrite=overwrite, tensorboard=tensorboard, progress=progress)
+                            shown={"ret": "episode_return", "eps": "epsilon"}, step_key="timesteps", resume=resume,
+                            overwrite=overwrite, tensorboard=tensorboard, progress=progress)
     run = host.folder
 
     agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)

@@ -158,9 +158,9 @@ def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dic
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     # No bar: the trainer runs to its end in one call, and its rows are logged after it.
     host = TrainingRun.open(run_dir, config, name=_name(config), total_steps=config.iterations * config.batch_size,
-                        unit="trajectory", unit_plural="trajectories", plotted=PLOTTED, x_key="update",
-                        overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
-                        progress=False)
+                            unit="trajectory", unit_plural="trajectories", plotted=PLOTTED, x_key="update",
+                            overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
+                            progress=False)
     host.start()
     result = trainers.train(config, log_every=log_every)
     host.stop()

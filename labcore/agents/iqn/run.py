@@ -189,9 +189,9 @@ def _train_on_host(config: IQNRunConfig, run_dir, log_every: int, options: Mappi
     ``epoch_seconds`` in each row and ``median_epoch_seconds`` in the summary."""
     agent_steps = config.world.max_turns * config.world.n_agents  # per epoch (a host mode plays one world)
     host = TrainingRun.open(run_dir, config, name=_title(config), total_steps=config.epochs * agent_steps,
-                        plotted=PLOTTED, shown={"gems": "gems", "eps": "epsilon"}, x_key="update",
-                        overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
-                        progress=options.get("progress", True))
+                            plotted=PLOTTED, shown={"gems": "gems", "eps": "epsilon"}, x_key="update",
+                            overwrite=options.get("overwrite", False), tensorboard=options.get("tensorboard", True),
+                            progress=options.get("progress", True))
     runner = make_runner(config)  # builds (and for the JAX modes compiles)
     seconds = []
     host.start()
