@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from labcore.agents.ppo import core as ppo
-from labcore.nets.actor_critic import ActorCritic, make_actor_critic
+from labcore.nets.actor_critic import ActorCritic, make_actor_critic, orthogonal
 from labcore.nets.functional import Functional
 
 
@@ -126,6 +126,28 @@ def test_functional_init_is_the_modules_own_and_vmaps_over_keys():
     module = network.bind(params)
     assert isinstance(module, ActorCritic)
     np.testing.assert_array_equal(module.policy.kernel[...], params["policy"]["kernel"])
+
+
+def test_many_agents_draw_nnxs_orthogonal_matrices_one_at_a_time():
+    """Under vmap every agent gets the matrix nnx's orthogonal initializer gives its key alone, and the
+    vmapped PPO program holds no batched LAPACK call (jaxlib 0.10.2's batched CPU QR could wait forever on
+    a 2-core machine when the actor's and the critic's ran at once: see labcore.nets.actor_critic.orthogonal)."""
+    keys = jax.random.split(jax.random.key(7), 5)
+    for gain, shape in ((np.sqrt(2), (4, 64)), (0.01, (64, 2)), (1.0, (64, 1)), (np.sqrt(2), (6, 6))):
+        drawn = jax.jit(jax.vmap(lambda key: orthogonal(gain)(key, shape, jnp.float32)))(keys)
+        nnx_own = nnx.initializers.orthogonal(gain)
+        for key, matrix in zip(keys, drawn):
+            np.testing.assert_array_equal(matrix, jax.jit(lambda key: nnx_own(key, shape, jnp.float32))(key))
+    shared = jax.vmap(lambda _, key: orthogonal(1.0)(key, (3, 3), jnp.float32), in_axes=(0, None))(
+        jnp.arange(2), keys[0])  # one key for both: the same matrix twice
+    np.testing.assert_array_equal(shared[0], shared[1])
+
+    program = jax.jit(jax.vmap(ppo.make_ppo(ppo.PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=8,
+                                                           total_steps=64)).train)).lower(keys).as_text()
+    lapack_calls = [line for line in program.splitlines() if "custom_call @lapack_" in line]
+    assert any("geqrf" in line for line in lapack_calls)  # the initializer's QR is in the program
+    assert all('num_batch_dims = "0"' in line for line in lapack_calls), [
+        line.split("(")[0] for line in lapack_calls if 'num_batch_dims = "0"' not in line]
 
 
 def test_functional_refuses_a_module_with_state_beyond_its_parameters():

@@ -2,7 +2,7 @@
 
 Orthogonal weights (gain sqrt(2) in hidden layers, 0.01 on the policy head so the first policy is
 near uniform, 1.0 on the value head), zero biases, tanh activations, separate actor and critic
-trunks.
+trunks. The orthogonal matrices are nnx's, drawn one agent at a time under ``jax.vmap`` (``orthogonal``).
 
     model = ActorCritic(obs_size=8, num_actions=13, hidden_size=256, num_layers=2, rngs=nnx.Rngs(params=0))
     logits, value = model(obs)                      # obs [B, D] -> [B, A], [B]
@@ -29,6 +29,36 @@ from labcore.nets.functional import Functional
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
+def orthogonal(gain: float):
+    """nnx's orthogonal initializer (a QR decomposition of a normal matrix, times ``gain``), the same numbers,
+    but under ``jax.vmap`` the agents' matrices are decomposed one after another (a ``lax.map``) instead of as
+    one batched QR.
+
+    Why: jaxlib 0.10.2's CPU QR kernel splits a batch across XLA's CPU thread pool and waits for the pieces
+    on a pool thread. When as many independent batched QRs run at once as the pool has threads (the actor's
+    and the critic's layers, two threads on a 2-core machine), every thread waits for work queued behind it
+    and the program never finishes: ``jax.jit(jax.vmap(train))`` over 128 PPO agents hung here so, in the
+    kernel's wait, before its first update. A batch of one runs on the calling thread. Initialising is a
+    few hundred small matrices at most, so doing them in turn costs nothing that shows.
+    """
+    one_matrix = nnx.initializers.orthogonal(gain)
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: jnp.dtype = jnp.float32) -> jax.Array:
+        @jax.custom_batching.custom_vmap
+        def draw(key):
+            return one_matrix(key, shape, dtype)
+
+        @draw.def_vmap
+        def draw_in_turn(axis_size, in_batched, keys):
+            if not in_batched[0]:  # one key for every agent: one matrix, shared
+                return draw(keys), False
+            return jax.lax.map(draw, keys), True
+
+        return draw(key)
+
+    return init
+
+
 class ActorCritic(nnx.Module):
     """obs [B, obs_size] (or [B, ...] of obs_size values, flattened: MinAtar's grids) -> (logits [B, num_actions],
     value [B]), float32 out whatever ``dtype``."""
@@ -41,7 +71,7 @@ class ActorCritic(nnx.Module):
         zeros = nnx.initializers.constant(0.0)
 
         def dense(in_size: int, out_size: int, gain: float) -> nnx.Linear:
-            return nnx.Linear(in_size, out_size, kernel_init=nnx.initializers.orthogonal(gain), bias_init=zeros,
+            return nnx.Linear(in_size, out_size, kernel_init=orthogonal(gain), bias_init=zeros,
                               dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
         self.dtype = dtype
