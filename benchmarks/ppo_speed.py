@@ -12,7 +12,7 @@ Each row is one ``jax.jit`` of ``labcore.agents.ppo.core.make_train`` (the whole
   process of its own (see ``SCHEDULERS`` below);
 * Vault-v0 with the default PPOConfig (256 envs x 128 steps, 256 x 2), XLA's default scheduler;
 * CartPole 4 x 128 vmapped over ``--seeds`` seeds: wall time per seed (the concurrency-optimised
-  scheduler off, as a vmapped run needs it with jax 0.10.2 on a CPU).
+  scheduler off, as in the PPO lesson).
 
     python benchmarks/ppo_speed.py                              # pairs at 4 and 64 envs, 500k steps each
     python benchmarks/ppo_speed.py --envs 4 64 2048 --rounds 5  # a GPU: PureJaxRL's large batch too
@@ -143,9 +143,8 @@ def side_by_side(envs: int, timesteps: int, rounds: int, features: bool = False)
 
 
 # XLA's CPU scheduler setting, read when a process first runs a JAX program, so each setting's runs
-# get a process of their own. jax 0.10.2 on the CPU can hang after compiling a vmapped training run
-# with the concurrency-optimised scheduler (labcore/__main__.py says more); turning it off avoids
-# that, and the PPO lesson turns it off. A plain training run (``labcore train ppo``, ``loop.train``)
+# get a process of their own. The PPO lesson and the vmapped runs turn the concurrency-optimised one
+# off (docs/results/ppo.md, "Many agents at once on a CPU", says why). A plain training run (``labcore train ppo``, ``loop.train``)
 # keeps XLA's default. On a 2-core CPU the setting changes how often XLA's runtime hands a small op
 # to its second thread, so the pairs are timed under both. On a GPU or TPU it changes nothing.
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"

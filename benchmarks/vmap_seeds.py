@@ -20,8 +20,8 @@ import argparse
 import os
 import time
 
-# Before jax is imported: jax 0.10.2 on the CPU can hang after compiling a vmapped training run
-# with its concurrency-optimised scheduler (labcore/__main__.py says more); this setting avoids it.
+# Before jax is imported: XLA's concurrency-optimised CPU scheduler off, as in every vmapped run the
+# results pages record (docs/results/ppo.md, "Many agents at once on a CPU", says why it was set).
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
 
 # Compile times here are real compiles: with labcore's persistent compilation cache on, a second
