@@ -96,10 +96,9 @@ def _add_train_command(commands, algorithm: registry.Algorithm) -> None:
     parser = commands.add_parser(algorithm.name, help=algorithm.help, description=algorithm.help)
     config_class = algorithm.config_class()
     start = parser.add_mutually_exclusive_group()
-    if algorithm.presets:
-        start.add_argument("--preset", choices=("default", *algorithm.presets), default="default",
-                           help=f"starting configuration (classmethods of {config_class.__name__}) that the other "
-                                "flags override")
+    start.add_argument("--preset", choices=("default", *algorithm.starting_points()), default="default",
+                       help=f"starting configuration (classmethods of {config_class.__name__}) that the other "
+                            "flags override")
     start.add_argument("--config", metavar="FILE", default=None,
                        help="start from a saved config.json (or the run folder holding it); the other flags override it")
     _add_config_flags(parser, config_class)
@@ -168,8 +167,11 @@ def _field(config_class: type, name: str) -> dataclasses.Field:
     return next(field for field in _fields(config_class) if field.name == name)
 
 
-def _flag_type(annotation: str):
-    """(argparse type, nargs) for a config field annotation (dataclass annotations are strings here)."""
+def _flag_type(annotation: str | type):
+    """(argparse type, nargs) for a config field annotation: a string (a module with ``from __future__ import
+    annotations``, as labcore's configs are) or the type itself (a config module without it)."""
+    if not isinstance(annotation, str):
+        annotation = annotation.__name__ if isinstance(annotation, type) else str(annotation)
     if annotation.startswith("tuple"):
         return int, "+"
     if annotation == "float | None":

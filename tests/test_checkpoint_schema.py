@@ -26,27 +26,12 @@ from labcore.agents.ppo import run as ppo_run
 from labcore.agents.pqn import run as pqn_run
 from labcore.checkpoint import WrongCheckpoint
 
-DQN = dict(total_steps=1_200, learning_starts=500, buffer_size=1_000, batch_size=32, hidden_sizes=(32,), eval_episodes=4)
-IQN = dict(epochs=4, height=6, width=6, n_agents=2, max_turns=5, hidden_size=8, n_quantiles=2, n_tau_act=4,
-           buffer_size=32, batch_size=4, n_frames=2)
-
-
 def tiny_config(kind: str):
-    """A config that trains in seconds; ``kind`` is a registry name, or "iqn-host" (IQN's host mode)."""
+    """A config that trains in seconds (the config's ``smallest`` preset); ``kind`` is a registry name, or "iqn-host"
+    (IQN's host mode)."""
     if kind == "iqn-host":
-        return registry.get("iqn").config_class()(mode="jax_sequential", **IQN)
-    config_class = registry.get(kind).config_class()
-    return {
-        "ppo": lambda: config_class(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 4, hidden_size=32),
-        "pqn": lambda: config_class(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=4,
-                                    hidden_sizes=(32, 32)),
-        "dqn-scan": lambda: config_class(**DQN),
-        "dqn-host": lambda: config_class(**DQN),
-        "dqn-data-parallel": lambda: config_class(**DQN),
-        "dqn-actor-learner": lambda: config_class(**DQN),
-        "gflownet": lambda: config_class(trainer="jax", ndim=2, height=4, hidden_size=16, batch_size=8, iterations=4),
-        "iqn": lambda: config_class(mode="jax_fused", **IQN),
-    }[kind]()
+        return registry.get("iqn").config_class().smallest(mode="jax_sequential")
+    return registry.get(kind).config_class().smallest()
 
 
 def save_as_the_learner_does(config, directory: Path, updates: int = 30) -> None:

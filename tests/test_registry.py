@@ -19,32 +19,28 @@ from labcore.agents import registry
 
 
 def tiny_config(name: str):
-    """A config of ``name`` that trains in seconds, with at least four updates (two checkpoints)."""
-    config_class = registry.get(name).config_class()
-    dqn = dict(total_steps=1_200, learning_starts=500, buffer_size=1_000, batch_size=32, hidden_sizes=(32,),
-               eval_episodes=4)
-    return {
-        "ppo": lambda: config_class(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 4, hidden_size=32,
-                                    eval_episodes=4),
-        "pqn": lambda: config_class(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=4,
-                                    hidden_sizes=(32, 32), eval_episodes=4),
-        "dqn-scan": lambda: config_class(**dqn),
-        "dqn-host": lambda: config_class(**dqn),
-        "dqn-data-parallel": lambda: config_class(**dqn),
-        "dqn-actor-learner": lambda: config_class(**dqn),
-        "gflownet": lambda: config_class(trainer="jax", ndim=2, height=4, hidden_size=16, batch_size=8, iterations=4,
-                                         l1_samples=20),
-        "iqn": lambda: config_class(mode="jax_fused", epochs=6, height=6, width=6, n_agents=2, max_turns=5, hidden_size=8,
-                                    n_quantiles=2, n_tau_act=4, buffer_size=32, batch_size=4, n_frames=2),
-    }[name]()
+    """The smallest config of ``name`` that trains and evaluates (its config's ``smallest`` preset): seconds here,
+    four updates or more (two checkpoints at ``CHECKPOINT_EVERY``)."""
+    return getattr(registry.get(name).config_class(), registry.SMALLEST)()
 
 
-# Updates between checkpoints (half of each tiny run: two checkpoints), and each one's own settings.
-CHECKPOINT_EVERY = {"ppo": 2, "pqn": 2, "dqn-scan": 60, "dqn-host": 60, "dqn-data-parallel": 60,
-                    "dqn-actor-learner": 60, "gflownet": 2, "iqn": 3}  # DQN: 1,200 steps / train_frequency 10
+# Updates between checkpoints where half of the smallest run is not 2 updates (two checkpoints), and the
+# settings an algorithm's smallest run needs besides its config.
+CHECKPOINT_EVERY = {"dqn-scan": 60, "dqn-host": 60, "dqn-data-parallel": 60, "dqn-actor-learner": 60,
+                    "iqn": 3}  # DQN: 1,200 steps / train_frequency 10; IQN: 6 epochs
 SETTINGS = {"dqn-actor-learner": dict(num_actors=1, envs_per_actor=4, rollout_steps=8)}
 # An asynchronous run is not repeatable (which actor's rollout arrives first is the OS's choice).
-REPEATABLE = set(registry.NAMES) - {"dqn-actor-learner"}
+NOT_REPEATABLE = {"dqn-actor-learner"}
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_every_config_has_the_smallest_preset_and_the_command_line_offers_it(name):
+    algorithm = registry.get(name)
+    config_class = algorithm.config_class()
+    assert algorithm.starting_points()[0] == registry.SMALLEST
+    assert isinstance(tiny_config(name), config_class) and tiny_config(name) != config_class()
+    args = cli.build_parser().parse_args(["train", name, "--preset", registry.SMALLEST])
+    assert cli._config_from(args, algorithm) == tiny_config(name)
 
 
 def test_every_name_is_one_algorithm_and_dqn_names_its_driver():
@@ -87,9 +83,15 @@ def a_report_of_numbers(report: dict) -> bool:
 
 @pytest.mark.parametrize("name", registry.NAMES)
 def test_every_algorithm_trains_resumes_loads_and_evaluates_in_python_and_on_the_command_line(name, tmp_path, capsys):
+    trains_resumes_loads_and_evaluates(name, tmp_path, capsys)
+
+
+def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> None:
+    """The whole contract of registry algorithm ``name``, from its smallest config, in Python and on the command line."""
     algorithm = registry.get(name)
     config = tiny_config(name)
-    options = dict(checkpoint_every=CHECKPOINT_EVERY[name], progress=False, **SETTINGS.get(name, {}))
+    checkpoint_every = CHECKPOINT_EVERY.get(name, 2)
+    options = dict(checkpoint_every=checkpoint_every, progress=False, **SETTINGS.get(name, {}))
 
     # Python: a run folder holding what the registry says, a resume after an interruption, a load, an evaluation
     run = tmp_path / "python"
@@ -102,7 +104,7 @@ def test_every_algorithm_trains_resumes_loads_and_evaluates_in_python_and_on_the
     loaded_config, state = algorithm.load_checkpoint(run)
     assert loaded_config == config
     params = algorithm.params(loaded_config, state)
-    if name in REPEATABLE:  # the resumed run ends where the uninterrupted one did, bit for bit
+    if name not in NOT_REPEATABLE:  # the resumed run ends where the uninterrupted one did, bit for bit
         assert same_leaves(algorithm.params(config, first.state), params)
     report = algorithm.evaluate(loaded_config, params, seed=0)
     assert a_report_of_numbers(report), report
@@ -112,7 +114,7 @@ def test_every_algorithm_trains_resumes_loads_and_evaluates_in_python_and_on_the
     command_run = tmp_path / "command-line"
     settings = [flag for key, value in SETTINGS.get(name, {}).items() for flag in (f"--{key.replace('_', '-')}", str(value))]
     train = ["train", name, "--config", str(run / "config.json"), "--run-dir", str(command_run), "--no-progress",
-             "--checkpoint-every", str(CHECKPOINT_EVERY[name]), *settings]
+             "--checkpoint-every", str(checkpoint_every), *settings]
     assert cli.main(train) == 0
     interrupted(command_run)
     assert cli.main([*train, "--resume"]) == 0
@@ -120,7 +122,7 @@ def test_every_algorithm_trains_resumes_loads_and_evaluates_in_python_and_on_the
     assert cli.main(["eval", name, "--checkpoint", str(command_run), "--seed", "0"]) == 0
     evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert evaluated["algorithm"] == name and evaluated["seed"] == 0
-    if name in REPEATABLE:  # the same config, seed and program: the same parameters, the same evaluation
+    if name not in NOT_REPEATABLE:  # the same config, seed and program: the same parameters, the same evaluation
         assert {key: evaluated[key] for key in report} == report
 
     # Every other algorithm refuses this folder in one line naming what it holds and the command that evaluates it
@@ -201,17 +203,24 @@ def test_help_and_version_answer_without_starting_jax():
         assert done.stdout.strip().endswith("imported: []"), (words, done.stdout[-500:], done.stderr[-2000:])
 
 
-def test_the_architecture_guide_lists_every_algorithm_of_the_registry():
+def registry_table():
+    """docs/tooling/registry_table.py, which writes the architecture guide's table at build time."""
     import importlib.util
 
     from conftest import REPO_ROOT
 
-    page = (REPO_ROOT / "docs" / "guide" / "architecture.md").read_text()
-    assert "{{ algorithms_table }}" in page and not [line for line in page.splitlines() if line.startswith("| `")]
     spec = importlib.util.spec_from_file_location("registry_table", REPO_ROOT / "docs" / "tooling" / "registry_table.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = module.table().splitlines()[2:]  # under the header: one row per algorithm, in the registry's order
+    return module
+
+
+def test_the_architecture_guide_lists_every_algorithm_of_the_registry():
+    from conftest import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "guide" / "architecture.md").read_text()
+    assert "{{ algorithms_table }}" in page and not [line for line in page.splitlines() if line.startswith("| `")]
+    rows = registry_table().table().splitlines()[2:]  # under the header: one row per algorithm, in the registry's order
     assert rows == [f"| `{a.name}` | `{a.driver}` | {a.help} |" for a in registry.ALGORITHMS]
 
 
@@ -226,3 +235,106 @@ def test_every_driver_writes_its_registry_name_once_as_its_algorithm():
         if algorithm.name == "dqn-actor-learner":  # the name lives with its checkpoints, which it imports
             sources.append(inspect.getsource(importlib.import_module("labcore.agents.dqn.learner_checkpoints")))
         assert sum(source.count(f'"{algorithm.name}"') for source in sources) == 1, algorithm.driver
+
+
+# An algorithm written from scratch, outside labcore: its folder (a config module importable without JAX, a driver
+# on labcore.loop) and one registry entry; nothing else in labcore or in these tests names it.
+BANDIT_FILES = {
+    "__init__.py": '''"""bandit: epsilon-greedy sample means on a Gaussian bandit (a test's algorithm)."""
+from bandit_agent.config import BanditConfig as Config
+''',
+    "config.py": '''import dataclasses
+
+from labcore import validation
+
+
+@dataclasses.dataclass(frozen=True)
+class BanditConfig:
+    """Arm i of ``arms`` pays i / (arms - 1) plus unit normal noise; each update pulls ``pulls_per_update`` arms."""
+
+    arms: int = 5
+    pulls_per_update: int = 64
+    updates: int = 100
+    epsilon: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self):
+        validation.require_ints(self, "arms", "pulls_per_update", "updates", minimum=1)
+
+    @classmethod
+    def smallest(cls, **overrides):
+        return cls(**{**dict(arms=3, pulls_per_update=8, updates=4), **overrides})
+''',
+    "run.py": '''from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from labcore import loop
+
+ALGORITHM = "bandit"
+
+
+class State(NamedTuple):
+    estimates: jax.Array  # [arms] sample means
+    counts: jax.Array  # [arms]
+    key: jax.Array
+    update_step: jax.Array
+
+
+def make_program(config, callback=None, log_every=1):
+    means = jnp.linspace(0.0, 1.0, config.arms)
+
+    def init(key):
+        zeros = jnp.zeros(config.arms)
+        return State(zeros, zeros, key, jnp.zeros((), jnp.int32))
+
+    def update(state, _):
+        key, explore_key, arm_key, noise_key = jax.random.split(state.key, 4)
+        explore = jax.random.uniform(explore_key, (config.pulls_per_update,)) < config.epsilon
+        random_arms = jax.random.randint(arm_key, (config.pulls_per_update,), 0, config.arms)
+        arms = jnp.where(explore, random_arms, jnp.argmax(state.estimates))
+        rewards = means[arms] + jax.random.normal(noise_key, arms.shape)
+        counts = state.counts + jnp.bincount(arms, length=config.arms)
+        sums = state.estimates * state.counts + jnp.bincount(arms, weights=rewards, length=config.arms)
+        estimates = sums / jnp.maximum(counts, 1)
+        return State(estimates, counts, key, state.update_step + 1), {"episode_return": rewards.mean()}
+
+    return loop.Program(
+        config=config, init=init, run=lambda state, n: jax.lax.scan(update, state, None, length=n),
+        updates_done=lambda state: int(state.update_step), num_updates=config.updates,
+        steps_per_update=config.pulls_per_update, name="bandit", streams_metrics=False,
+        evaluate=lambda state, seed: evaluate(config, state.estimates, seed), algorithm=ALGORITHM)
+
+
+train = loop.trainer(make_program, "the bandit")
+
+
+def evaluate(config, params, seed=0):
+    return {"greedy_arm_mean": float(jnp.linspace(0.0, 1.0, config.arms)[jnp.argmax(params)])}
+
+
+def load_checkpoint(path, step=None):
+    from bandit_agent.config import BanditConfig
+
+    return loop.load_checkpoint(path, BanditConfig, make_program, step, algorithm=ALGORITHM)
+''',
+}
+
+
+def test_an_algorithm_added_with_its_folder_and_one_entry_trains_resumes_evaluates_and_is_in_the_docs(
+        tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "packages" / "bandit_agent"
+    folder.mkdir(parents=True)
+    for name, text in BANDIT_FILES.items():
+        (folder / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path / "packages"))
+    bandit = registry.Algorithm("bandit", "epsilon-greedy sample means on a Gaussian bandit", "bandit_agent",
+                                "bandit_agent.run", lambda config, state: state.estimates)
+    monkeypatch.setattr(registry, "ALGORITHMS", (*registry.ALGORITHMS, bandit))  # the one entry
+    monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "bandit"))  # as the registry derives it on import
+
+    (tmp_path / "runs").mkdir()
+    trains_resumes_loads_and_evaluates("bandit", tmp_path / "runs", capsys)  # in Python and on the command line
+    assert registry_table().table().splitlines()[-1] == (
+        "| `bandit` | `bandit_agent.run` | epsilon-greedy sample means on a Gaussian bandit |")

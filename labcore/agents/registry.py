@@ -9,8 +9,9 @@
 
 Each ``Algorithm`` gives the same six things, whatever drives the algorithm underneath:
 
-* ``config_class()``: its validated config dataclass (``presets``: its classmethods giving other
-  starting points, e.g. ``PPOConfig.cartpole``);
+* ``config_class()``: its validated config dataclass (``starting_points()``: its classmethods giving
+  other starting points: ``smallest()``, which every config has, the smallest run that trains and
+  evaluates, then ``presets``, e.g. ``PPOConfig.cartpole``);
 * ``train(config, run_dir=None, **options) -> labcore.training_run.RunResult``, with the options of
   ``labcore.training_run.RunOptions`` (log_every, checkpoint_every, resume, overwrite, progress,
   tensorboard, evaluate, seeds, on_metrics; every count in updates) and its own ``settings``; an
@@ -28,10 +29,11 @@ training one jitted program on gymnax envs; also ``labcore.agents.dqn.train``), 
 device of one or several processes) and ``dqn-actor-learner`` (Ray actors feeding one learner).
 
 **Adding an algorithm** is its folder, ``labcore/agents/<name>/`` (a config module importable
-without JAX, a ``core``, a driver module with ``train``, ``load_checkpoint`` and ``evaluate``), and
-one ``Algorithm(...)`` entry in ``ALGORITHMS`` below: the command line, the registry's tests
-(tests/test_registry.py trains, resumes, loads and evaluates every entry) and the architecture
-guide's table follow from it.
+without JAX whose config class has a ``smallest()`` classmethod, a ``core``, a driver module with
+``train``, ``load_checkpoint`` and ``evaluate``), and one ``Algorithm(...)`` entry in ``ALGORITHMS``
+below: the command line, the registry's tests (tests/test_registry.py trains, resumes, loads and
+evaluates every entry from its smallest config) and the architecture guide's table follow from it.
+tests/test_registry.py adds a bandit algorithm written outside labcore that way and checks it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from typing import Any, NamedTuple
 
 from labcore import training_run
 from labcore.agents.dqn.config import ActorLearnerSettings, DataParallelSettings, HostLoopSettings
+
+# Every config class's smallest run that trains and evaluates (a classmethod): what the tests train.
+SMALLEST = "smallest"
 
 # What a run folder of labcore.loop.train holds (labcore.runs.RunDir), the files every driver writes.
 RUN_FOLDER = ("config.json", "metrics.jsonl", "metrics.csv", "metrics.png", "summary.json", "checkpoints/",
@@ -93,6 +98,11 @@ class Algorithm:
 
     def config_class(self) -> type:
         return importlib.import_module(self.package).Config
+
+    def starting_points(self) -> tuple[str, ...]:
+        """The config's classmethods a run can start from besides its defaults (``--preset``): ``smallest``,
+        which every config has, then ``presets``."""
+        return (SMALLEST, *self.presets)
 
     def _function(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):  # an adapter of this module
@@ -226,8 +236,8 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "labcore.agents.iqn", "labcore.agents.iqn.run", _iqn_params,
         eval_settings=(Setting("epochs", int, 10, "epochs of play"),), eval_overrides=True,
         training_only=("mode", "epochs", "seed", "num_worlds", "epochs_per_call"),
-        # jax 0.10.2 on the CPU can hang after compiling a vmapped training run with its
-        # concurrency-optimised scheduler, and IQN vmaps whole epochs over worlds and agents
+        # as lesson 06 runs it: XLA's concurrency-optimised CPU scheduler off
+        # (set when vmapped PPO runs hung; docs/results/ppo.md, "Many agents at once on a CPU")
         xla_flags=("--xla_cpu_enable_concurrency_optimized_scheduler=false",)),
 )
 

@@ -165,6 +165,13 @@ class DQNConfig:
         settings.update(overrides)
         return cls.nature_atari(env_id, **settings)
 
+    @classmethod
+    def smallest(cls, **overrides: Any) -> DQNConfig:
+        """The smallest run that trains and evaluates: CartPole-v1, 1,200 steps learning from step 500, a 1,000-step
+        replay, 32 hidden units; every DQN driver takes it. For tests and a first try of the whole lifecycle
+        (seconds on a CPU), not for learning anything."""
+        return cls(**{**dict(total_steps=1_200, learning_starts=500, buffer_size=1_000, batch_size=32, hidden_sizes=(32,),
+                             eval_episodes=4), **overrides})
 
     @classmethod
     def minatar(cls, env_id: str = "Breakout-MinAtar", total_steps: int = 5_000_000, **overrides: Any) -> DQNConfig:

@@ -76,6 +76,14 @@ class GFlowNetConfig:
 
         return HyperGrid(self.ndim, self.height)
 
+    @classmethod
+    def smallest(cls, **overrides: Any) -> GFlowNetConfig:
+        """The smallest run that trains and evaluates: the jitted trainer on a 2-D grid of height 4, 4 iterations of
+        8 trajectories, 16 hidden units. For tests and a first try of the whole lifecycle (seconds on a CPU), not
+        for learning anything."""
+        return cls(**{**dict(trainer="jax", ndim=2, height=4, hidden_size=16, batch_size=8, iterations=4, l1_samples=20),
+                      **overrides})
+
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

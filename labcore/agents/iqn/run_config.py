@@ -143,6 +143,14 @@ class IQNRunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
+    def smallest(cls, **overrides: Any) -> IQNRunConfig:
+        """The smallest run that trains and evaluates: the fused mode, 6 epochs of 2 agents on a 6 x 6 world of 5
+        turns, 8 hidden units. For tests and a first try of the whole lifecycle (seconds on a CPU), not for learning
+        anything."""
+        return cls(**{**dict(mode="jax_fused", epochs=6, height=6, width=6, n_agents=2, max_turns=5, hidden_size=8,
+                             n_quantiles=2, n_tau_act=4, buffer_size=32, batch_size=4, n_frames=2), **overrides})
+
+    @classmethod
     def from_dict(cls, fields: Mapping[str, Any]) -> IQNRunConfig:
         """The config of ``as_dict()``'s data (``world`` and ``agent`` as dicts, or flat fields)."""
         fields = dict(fields)

@@ -103,6 +103,14 @@ class PPOConfig:
         return self.num_envs * self.num_steps // self.num_minibatches
 
     @classmethod
+    def smallest(cls, **overrides: Any) -> PPOConfig:
+        """The smallest run that trains and evaluates: Vault-v0 (the masked path), 8 envs x 16 steps, 4 updates, 32
+        hidden units. For tests and a first try of the whole lifecycle (seconds on a CPU), not for learning
+        anything."""
+        return cls(**{**dict(env_id="Vault-v0", num_envs=8, num_steps=16, total_steps=8 * 16 * 4, hidden_size=32,
+                             eval_episodes=4), **overrides})
+
+    @classmethod
     def cartpole(cls, **overrides: Any) -> PPOConfig:
         """PureJaxRL's CartPole-v1 settings: 4 envs x 128 steps, 500k steps, 64 x 2 tanh, ent 0.01."""
         settings = dict(

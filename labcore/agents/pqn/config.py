@@ -135,6 +135,13 @@ class PQNConfig:
         return self.batch_size // self.num_minibatches
 
     @classmethod
+    def smallest(cls, **overrides: Any) -> PQNConfig:
+        """The smallest run that trains and evaluates: CartPole-v1, 8 envs x 16 steps, 4 updates, 32 x 2 hidden
+        units. For tests and a first try of the whole lifecycle (seconds on a CPU), not for learning anything."""
+        return cls(**{**dict(num_envs=8, num_steps=16, total_steps=8 * 16 * 4, num_minibatches=4, hidden_sizes=(32, 32),
+                             eval_episodes=4), **overrides})
+
+    @classmethod
     def cartpole(cls, **overrides: Any) -> PQNConfig:
         """CartPole-v1: the defaults, 500k env steps. The sizes are purejaxql's ``pqn_cartpole.yaml`` at 970ecce (32 envs x 64
         steps, 4 epochs of 16 minibatches, lambda 0.95, lr 1e-4, gamma 0.99); unlike it, 128 hidden units (256
