@@ -283,7 +283,9 @@ PAIRS: tuple[Pair, ...] = (
                          ent_coef=0.0, learning_rate=1e-3, clip_range=0.2),
         unmatched=("environments: labcore's PPO steps gymnax's CartPole inside its compiled program; SBX steps "
                    "gymnasium's from Python (both are evaluated on gymnasium's)",
-                   "schedules: the Zoo decays the clip range linearly too (lin_0.2); labcore keeps it at 0.2",
+                   "schedules: the Zoo decays the learning rate and the clip range linearly (lin_0.001, lin_0.2); labcore decays "
+                   "the learning rate (anneal_lr) and keeps the clip range at 0.2; SBX, given plain numbers here, keeps both "
+                   "constant",
                    "network: SBX's PPO default is 64 x 2 tanh, as labcore's here"),
         total_steps_field=("total_steps", "n_timesteps"), eval_on="gymnasium", eval_episodes=16),
 )
@@ -298,19 +300,10 @@ UNMATCHED_ALGORITHMS = (
 # Running
 
 
-# Both sides of a vmapped row run with XLA's concurrency-optimised CPU scheduler off: with it on, a program
-# vmapped over many agents can hang after compiling on jax 0.10.2 (128 agents of PureJaxRL's PPO did here;
-# benchmarks/ppo_speed.py runs its vmapped seeds so too). A single agent runs under XLA's defaults.
-VMAPPED_XLA_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-
-
 def run_side(python: pathlib.Path | str, spec: dict, timeout_s: float) -> dict:
     """One side of a pair in a process of its own: its PEERS_RESULT line, parsed."""
-    env = dict(os.environ)
-    if spec["agents"] > 1:
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {VMAPPED_XLA_FLAG}".strip()
     finished = subprocess.run([str(python), str(CHILD), json.dumps(spec)], capture_output=True, text=True,
-                              timeout=timeout_s, cwd=HERE.parent, env=env)
+                              timeout=timeout_s, cwd=HERE.parent)
     for line in finished.stdout.splitlines():
         if line.startswith("PEERS_RESULT "):
             return json.loads(line.removeprefix("PEERS_RESULT "))
@@ -318,11 +311,19 @@ def run_side(python: pathlib.Path | str, spec: dict, timeout_s: float) -> dict:
                        f"(exit {finished.returncode}):\n{finished.stderr[-3000:]}")
 
 
-def spec_of(pair: Pair, side: str, agents: int) -> dict:
+# XLA's CPU scheduler both sides run under (``--scheduler``): "off", the concurrency-optimised one turned off
+# (``--xla_cpu_enable_concurrency_optimized_scheduler=false``, as labcore's lessons and vmapped benchmarks run), or
+# XLA's "default". peers_child.py sets it before JAX starts.
+SCHEDULERS = ("off", "default")
+
+
+def spec_of(pair: Pair, side: str, agents: int, scheduler: str = "off") -> dict:
     config = pair.labcore if side == "labcore" else pair.peer_config
-    return {"pair": pair.name, "side": side, "algorithm": pair.algorithm if side == "labcore" else pair.peer_algorithm,
+    spec = {"pair": pair.name, "side": side, "algorithm": pair.algorithm if side == "labcore" else pair.peer_algorithm,
             "env": pair.env, "config": config, "agents": agents, "seed": 0, "eval_episodes": pair.eval_episodes,
             "eval_on": pair.eval_on}
+    # only when not "off": the sides a run recorded before the option existed keep their keys for --resume
+    return spec if scheduler == "off" else {**spec, "xla_scheduler": scheduler}
 
 
 SIDES_NAME = "peers-sides.jsonl"  # under --out: one line per side run, so that --resume goes on from the last
@@ -334,7 +335,7 @@ def side_key(round_: int, spec: dict) -> str:
 
 
 def run(pairs: list[Pair], rounds: int, agent_counts: list[int] | None, timeout_s: float,
-        sides_file: pathlib.Path, resume: bool = False) -> tuple[list[dict], float, list[str]]:
+        sides_file: pathlib.Path, resume: bool = False, scheduler: str = "off") -> tuple[list[dict], float, list[str]]:
     """Every (pair, agents) timed in ``rounds`` rounds, the sides' order swapped each round -> (rows, seconds,
     the dates of the first and the last side).
 
@@ -359,7 +360,7 @@ def run(pairs: list[Pair], rounds: int, agent_counts: list[int] | None, timeout_
         for pair, agents in jobs:
             sides = ["labcore", pair.peer] if round_ % 2 == 0 else [pair.peer, "labcore"]
             for side in sides:
-                spec = spec_of(pair, side, agents)
+                spec = spec_of(pair, side, agents, scheduler)
                 key = side_key(round_, spec)
                 if key in done:
                     entry = done[key]
@@ -439,6 +440,15 @@ def write_page(record: dict, page: pathlib.Path) -> None:
     page.write_text(text[:start] + "\n\n" + page_section(record) + "\n\n" + text[end:])
 
 
+def _field_value(item: str) -> tuple[str, Any]:
+    """"mask_actions=false" -> ("mask_actions", False): the value read as JSON, else kept as a string."""
+    field, _, text = item.partition("=")
+    try:
+        return field, json.loads(text)
+    except json.JSONDecodeError:
+        return field, text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -453,6 +463,10 @@ def main(argv: list[str] | None = None) -> None:
     timed.add_argument("--out", default=str(HERE / "results"), help="folder for peers.json")
     timed.add_argument("--resume", action="store_true", help=f"go on from the sides already in --out's {SIDES_NAME} "
                        "(the same pairs, rounds and budget), running only those still missing")
+    timed.add_argument("--labcore", nargs="+", default=[], metavar="FIELD=VALUE", help="set these fields of labcore's "
+                       "config in every pair run (a JSON value: mask_actions=false), to time what a feature costs")
+    timed.add_argument("--scheduler", choices=SCHEDULERS, default="off", help="XLA's CPU scheduler on both sides: the "
+                       "concurrency-optimised one off (default), or XLA's default")
     timed.add_argument("--page", type=pathlib.Path, help="also write the results page's measured part "
                        "(between its peers.py markers)")
     shown = sub.add_parser("page", help="write the results page's measured part from a peers.json")
@@ -467,14 +481,18 @@ def main(argv: list[str] | None = None) -> None:
             if not args.names or name in args.names:
                 print(f"{name}: {setup(peer, quiet=False)}")
         return
+    overrides = dict(_field_value(item) for item in args.labcore)
     chosen = [pair.scaled(args.scale) for pair in PAIRS if not args.pairs or pair.name in args.pairs]
-    rows, seconds, dates = run(chosen, args.rounds, args.agents, args.timeout, pathlib.Path(args.out) / SIDES_NAME, args.resume)
+    chosen = [dataclasses.replace(pair, labcore={**pair.labcore, **overrides}) for pair in chosen]
+    rows, seconds, dates = run(chosen, args.rounds, args.agents, args.timeout, pathlib.Path(args.out) / SIDES_NAME, args.resume,
+                               args.scheduler)
     from labcore.tools.benchmarking import write_results
 
     given = [arg for arg in (argv if argv is not None else sys.argv[1:]) if arg != "--resume"]
     path = write_results("peers", rows, out_dir=args.out, columns=COLUMNS, extra={
         "command": " ".join(["python benchmarks/peers.py", *given]),
-        "rounds": args.rounds, "scale": args.scale, "wall_s": seconds, "measured": dates,
+        "rounds": args.rounds, "scale": args.scale, "wall_s": seconds, "measured": dates, "xla_scheduler": args.scheduler,
+        "labcore_overrides": overrides,
         "peers": {name: list(peer.requirements) for name, peer in peers().items()},
         "unmatched_algorithms": list(UNMATCHED_ALGORITHMS)})
     if args.page is not None:

@@ -25,9 +25,10 @@ from typing import Any
 # Compile times are real compiles: labcore's persistent compilation cache would turn a second round's
 # compile into a file read (labcore.compile_cache); JAX's own cache is off unless configured.
 os.environ["LABCORE_COMPILATION_CACHE"] = "0"
-# jax 0.10.2's concurrency-optimised CPU scheduler hung after compiling a vmapped training run on a
-# 2-core CPU (lesson 03 turns it off for the same reason); both sides run without it.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
+# XLA's CPU scheduler, set before JAX starts, the same on both sides: the concurrency-optimised one off (as
+# labcore's lessons and vmapped benchmarks run), unless the spec asks for XLA's default (peers.py --scheduler).
+if __name__ == "__main__" and json.loads(sys.argv[1]).get("xla_scheduler", "off") == "off":
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
 
 EVALUATED_AGENTS = 8  # a 128-agent run is evaluated on its first 8 agents
 
@@ -95,6 +96,19 @@ def first_agents(tree, agents: int) -> list:
     return [jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], tree) for i in range(min(agents, EVALUATED_AGENTS))]
 
 
+def voluntary_switches() -> int:
+    """The times this process's threads gave up their core to wait so far (-1 where the OS does not say): XLA's
+    CPU runtime does so when one of its threads waits for an op another runs."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return -1
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+SWITCHES: dict[str, int] = {}  # "timed_run": the voluntary switches during the timed run, for _report
+
+
 def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = None) -> tuple[Any, float, float]:
     """(final state, compile seconds, run seconds) of the whole training run, ``agents`` vmapped runs at once.
 
@@ -108,9 +122,11 @@ def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = Non
         fn, key = jax.jit(jax.vmap(train)), jax.random.split(jax.random.key(seed), agents)
     started = time.perf_counter()
     call = fn.lower(key).compile()
+    switches = voluntary_switches()
     compiled = time.perf_counter()
     out = jax.block_until_ready(call(key))
     run_s = time.perf_counter() - compiled
+    SWITCHES["timed_run"] = voluntary_switches() - switches if switches >= 0 else -1
     if inspect and inspect.get("hlo"):
         with open(inspect["hlo"], "w") as text:
             text.write(call.as_text())
@@ -197,7 +213,6 @@ def run_labcore(spec: dict) -> dict:
 
 
 def run_rejax(spec: dict) -> dict:
-    import jax
     import jax.numpy as jnp
     import rejax
 
@@ -274,6 +289,7 @@ def _report(spec: dict, compile_s: float | None, run_s: float, steps: int, retur
 
     return {"side": spec["side"], "compile_s": compile_s, "run_s": run_s, "steps": int(steps),
             "steps_per_s": steps / run_s, "return_mean": sum(returns) / len(returns), "agent_returns": returns,
+            "voluntary_switches": SWITCHES.get("timed_run"),
             "versions": {"jax": jax.__version__, **versions}}
 
 
