@@ -106,11 +106,9 @@ def voluntary_switches() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
 
 
-SWITCHES: dict[str, int] = {}  # "timed_run": the voluntary switches during the timed run, for _report
-
-
-def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = None) -> tuple[Any, float, float]:
-    """(final state, compile seconds, run seconds) of the whole training run, ``agents`` vmapped runs at once.
+def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = None) -> tuple[Any, float, float, int]:
+    """(final state, compile seconds, run seconds, voluntary switches during the run) of the whole training run,
+    ``agents`` vmapped runs at once.
 
     inspect (``benchmarks/peers_anatomy.py``): {"hlo": file} writes the compiled program's optimised HLO
     there, {"trace": folder} runs it once more under JAX's profiler into that folder, after the timed run."""
@@ -126,14 +124,14 @@ def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = Non
     compiled = time.perf_counter()
     out = jax.block_until_ready(call(key))
     run_s = time.perf_counter() - compiled
-    SWITCHES["timed_run"] = voluntary_switches() - switches if switches >= 0 else -1
+    switches = voluntary_switches() - switches if switches >= 0 else -1
     if inspect and inspect.get("hlo"):
         with open(inspect["hlo"], "w") as text:
             text.write(call.as_text())
     if inspect and inspect.get("trace"):
         with jax.profiler.trace(inspect["trace"]):
             jax.block_until_ready(call(key))
-    return out, compiled - started, run_s
+    return out, compiled - started, run_s, switches
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,7 +149,7 @@ def run_labcore(spec: dict) -> dict:
 
         config = ppo.PPOConfig(**config_fields)
         agent = ppo.make_ppo(config)
-        (runner, _), compile_s, run_s = compiled_and_timed(ppo.make_train(config), agents, spec["seed"], spec.get("inspect"))
+        (runner, _), compile_s, run_s, switches = compiled_and_timed(ppo.make_train(config), agents, spec["seed"], spec.get("inspect"))
         params, steps = runner.params, config.num_updates * config.num_envs * config.num_steps
 
         def greedy(params, obs):
@@ -161,7 +159,7 @@ def run_labcore(spec: dict) -> dict:
 
         config = pqn.PQNConfig(**config_fields)
         agent = pqn.make_pqn(config)
-        (runner, _), compile_s, run_s = compiled_and_timed(agent.train, agents, spec["seed"], spec.get("inspect"))
+        (runner, _), compile_s, run_s, switches = compiled_and_timed(agent.train, agents, spec["seed"], spec.get("inspect"))
         params, steps = runner.params, config.num_updates * config.num_envs * config.num_steps
 
         def greedy(params, obs):
@@ -172,7 +170,7 @@ def run_labcore(spec: dict) -> dict:
         from labcore.nets.q_networks import make_q_network
 
         config = DQNConfig(**config_fields)
-        result, compile_s, run_s = compiled_and_timed(scan.make_train(config), agents, spec["seed"],
+        result, compile_s, run_s, switches = compiled_and_timed(scan.make_train(config), agents, spec["seed"],
                                                           spec.get("inspect"))
         params, steps = result.train_state.params, (config.total_steps // config.train_frequency) * config.train_frequency
         env = spec["env"]
@@ -205,7 +203,7 @@ def run_labcore(spec: dict) -> dict:
                                       spec["seed"])]
     else:
         returns = evaluate_gymnax(greedy, first_agents(params, agents), spec["env"], spec["eval_episodes"], spec["seed"])
-    return _report(spec, compile_s, run_s, steps * agents, returns, {"labcore": _version("labcore")})
+    return _report(spec, compile_s, run_s, steps * agents, returns, {"labcore": _version("labcore")}, switches)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,7 +220,7 @@ def run_rejax(spec: dict) -> dict:
     # DQN and PQN at epsilon 0.005) replaced by one that plays none; the shared evaluation below scores both sides
     fields.update(env=spec["env"], eval_freq=fields["total_timesteps"], skip_initial_evaluation=True)
     algo = rejax.get_algo(spec["algorithm"]).create(**fields).replace(eval_callback=lambda algo, ts, rng: jnp.zeros(()))
-    (state, _), compile_s, run_s = compiled_and_timed(algo.train, spec["agents"], spec["seed"], spec.get("inspect"))
+    (state, _), compile_s, run_s, switches = compiled_and_timed(algo.train, spec["agents"], spec["seed"], spec.get("inspect"))
     if spec["algorithm"] == "ppo":
         params = state.actor_ts.params
 
@@ -236,7 +234,7 @@ def run_rejax(spec: dict) -> dict:
     steps = _rejax_steps(algo, spec["algorithm"])
     returns = evaluate_gymnax(greedy, first_agents(params, spec["agents"]), spec["env"], spec["eval_episodes"], spec["seed"])
     return _report(spec, compile_s, run_s, steps * spec["agents"], returns,
-                   {"rejax": _version("rejax"), "gymnax": _version("gymnax")})
+                   {"rejax": _version("rejax"), "gymnax": _version("gymnax")}, switches)
 
 
 def _rejax_steps(algo, algorithm: str) -> int:
@@ -284,12 +282,15 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def _report(spec: dict, compile_s: float | None, run_s: float, steps: int, returns: list[float], versions: dict) -> dict:
+def _report(spec: dict, compile_s: float | None, run_s: float, steps: int, returns: list[float], versions: dict,
+            switches: int | None = None) -> dict:
+    """The side's PEERS_RESULT; ``switches``: its voluntary context switches during a compiled side's timed run
+    (None for a host-driven side, whose run is not one call)."""
     import jax
 
     return {"side": spec["side"], "compile_s": compile_s, "run_s": run_s, "steps": int(steps),
             "steps_per_s": steps / run_s, "return_mean": sum(returns) / len(returns), "agent_returns": returns,
-            "voluntary_switches": SWITCHES.get("timed_run"),
+            "voluntary_switches": switches,
             "versions": {"jax": jax.__version__, **versions}}
 
 
