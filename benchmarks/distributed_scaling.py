@@ -52,7 +52,7 @@ def data_parallel(processes: int, steps: int) -> dict:
 def actor_learner(actors: int, steps: int) -> dict:
     config = dqn.DQNConfig(env_id="CartPole-v1", total_steps=steps, learning_starts=1000, buffer_size=10_000,
                            exploration_fraction=0.3)
-    result = dqn_actor_learner.run(config, num_actors=actors, broadcast_every=10, log_every=500)
+    result = dqn_actor_learner.train(config, num_actors=actors, broadcast_every=10, log_every=500, progress=False)
     summary = result.summary
     return {"updates/s": summary["learner_updates_per_second"], "env steps/s": summary["steps_per_second"],
             "final return": summary["eval_return_mean"], "staleness (updates)": summary["mean_staleness"]}

@@ -43,7 +43,7 @@ from labcore.tools.benchmarking import time_call, write_results
 def labcore_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
     """Steps/s of dqn_loop.train over its last ``steps`` steps (the first log interval, with compiles, dropped)."""
     config = dataclasses.replace(config, total_steps=config.learning_starts + steps)
-    result = dqn_loop.train(config, log_every=steps // (4 * config.train_frequency), progress=False)
+    result = dqn_loop.train(config, log_every=steps // (4 * config.train_frequency), progress=False, evaluate=False)
     timed = result.metrics[-3:]  # the last three quarters
     seconds = sum((row["timesteps"] - previous["timesteps"]) / row["steps_per_second"]
                   for previous, row in zip(result.metrics[-4:], timed))
@@ -53,7 +53,7 @@ def labcore_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
 def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
     """The per-step host loop described in the module docstring; steps/s after the fill and a warm-up."""
     obs_shape, obs_dtype, num_actions = dqn_loop.env_spec(config)
-    network = dqn_loop.make_network(config, num_actions)
+    network = dqn_loop.make_agent(config).network
     optimizer = dqn.make_optimizer(config)
     state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), jax.random.key(0))
     update = jax.jit(dqn.make_update(config, network, optimizer), donate_argnums=0)
@@ -100,7 +100,7 @@ def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
 def update_seconds(config: dqn.DQNConfig) -> float:
     """Median seconds of one jitted update on a fixed random batch."""
     obs_shape, obs_dtype, num_actions = dqn_loop.env_spec(config)
-    network = dqn_loop.make_network(config, num_actions)
+    network = dqn_loop.make_agent(config).network
     optimizer = dqn.make_optimizer(config)
     state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), jax.random.key(0))
     rng = np.random.default_rng(0)

@@ -187,7 +187,7 @@ def run_labcore(spec: dict) -> dict:
 
         config = DQNConfig(**config_fields)
         started = time.perf_counter()
-        result = host_loop.train(config, progress=False, eval_episodes=0, tensorboard=False)
+        result = host_loop.train(config, progress=False, evaluate=False, tensorboard=False)
         run_s, compile_s = time.perf_counter() - started, None
         agent = host_loop.make_agent(config)
         act = jax.jit(lambda params, obs: jnp.argmax(agent.network.apply(params, None, obs[None]), axis=-1)[0])

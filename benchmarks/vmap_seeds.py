@@ -38,7 +38,8 @@ from labcore.tools.benchmarking import write_results  # noqa: E402
 
 
 def host_loop_steps_per_second(config: dqn.DQNConfig) -> float:
-    result = dqn_loop.train(config, log_every=config.total_steps // (4 * config.train_frequency), progress=False)
+    result = dqn_loop.train(config, log_every=config.total_steps // (4 * config.train_frequency), progress=False,
+                            evaluate=False)
     rows = result.metrics
     seconds = sum((row["timesteps"] - before["timesteps"]) / row["steps_per_second"]
                   for before, row in zip(rows[-4:], rows[-3:]))

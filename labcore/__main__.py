@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_train_command(commands, algorithm: registry.Algorithm) -> None:
     parser = commands.add_parser(algorithm.name, help=algorithm.help, description=algorithm.help)
-    config_class = algorithm.config_class()
+    config_class = algorithm.config_class
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--preset", choices=("default", *algorithm.starting_points()), default="default",
                        help=f"starting configuration (classmethods of {config_class.__name__}) that the other "
@@ -120,12 +120,12 @@ def _add_eval_command(commands, algorithm: registry.Algorithm) -> None:
     parser.add_argument("--step", type=int, default=None, help="checkpoint step as checkpoints/ names it: updates, agent steps for dqn-host (default: the newest intact)")
     parser.add_argument("--seed", type=int, default=10_000, help="evaluation seed (default 10000, apart from training's)")
     for flag, field in algorithm.eval_fields.items():
-        parser.add_argument(f"--{flag}", dest=field, type=_flag_type(_field(algorithm.config_class(), field).type)[0],
+        parser.add_argument(f"--{flag}", dest=field, type=_flag_type(_field(algorithm.config_class, field).type)[0],
                             default=None, help=f"sets the checkpoint config's {field}")
     for setting in algorithm.eval_settings:
         _add_setting_flag(parser, setting)
     if algorithm.eval_overrides:
-        _add_config_flags(parser, algorithm.config_class(), exclude=algorithm.training_only,
+        _add_config_flags(parser, algorithm.config_class, exclude=algorithm.training_only,
                           title="fields that override the checkpoint's config")
 
 
@@ -220,7 +220,7 @@ def _saved_config(path: str, config_class: type):
 
 def _config_from(args: argparse.Namespace, algorithm: registry.Algorithm):
     """The config a ``train`` command asks for: the preset or saved config, with the flags given."""
-    config_class = algorithm.config_class()
+    config_class = algorithm.config_class
     overrides = _overrides(args, config_class)
     if getattr(args, "config", None):
         saved = _saved_config(args.config, config_class)
@@ -275,10 +275,10 @@ def _evaluate(args: argparse.Namespace, algorithm: registry.Algorithm) -> int:
     from labcore import checkpoint, runs
 
     config, state = algorithm.load_checkpoint(args.checkpoint, args.step)
-    params = algorithm.params(config, state)
+    params = algorithm.params(state)
     changed = {field: getattr(args, field) for field in algorithm.eval_fields.values() if getattr(args, field) is not None}
     if algorithm.eval_overrides:
-        changed.update({name: value for name, value in _overrides(args, algorithm.config_class()).items()
+        changed.update({name: value for name, value in _overrides(args, algorithm.config_class).items()
                         if name not in algorithm.training_only})
     if changed:
         config = dataclasses.replace(config, **changed)

@@ -30,8 +30,8 @@ def tiny_config(kind: str):
     """A config that trains in seconds (the config's ``smallest`` preset); ``kind`` is a registry name, or "iqn-host"
     (IQN's host mode)."""
     if kind == "iqn-host":
-        return registry.get("iqn").config_class().smallest(mode="jax_sequential")
-    return registry.get(kind).config_class().smallest()
+        return registry.get("iqn").config_class.smallest(mode="jax_sequential")
+    return registry.get(kind).config_class.smallest()
 
 
 def save_as_the_learner_does(config, directory: Path, updates: int = 30) -> None:
@@ -146,8 +146,8 @@ def test_the_actor_learner_writes_the_schema_from_a_real_run_on_ray(tmp_path):
     from labcore.agents.dqn import actor_learner
 
     config = tiny_config("dqn-actor-learner")
-    actor_learner.run(config, num_actors=1, envs_per_actor=4, rollout_steps=8, run_dir=tmp_path, checkpoint_every=30,
-                      timeout_s=180)
+    actor_learner.train(config, num_actors=1, envs_per_actor=4, rollout_steps=8, run_dir=tmp_path, checkpoint_every=30,
+                        timeout_s=180, progress=False)
     metadata = checkpoint.restore_metadata(tmp_path / "checkpoints")
     assert (metadata["algorithm"], metadata["driver"], metadata["step"]) == (
         "dqn-actor-learner", "labcore.agents.dqn.actor_learner", metadata["updates"])

@@ -79,7 +79,9 @@ def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
     assert (tmp_path / "metrics.csv").read_text().splitlines()[0].startswith("update,timesteps,episodes,episode_return")
     # the summary: the entries every driver writes first (labcore.training_run.run_summary), then the host loop's own
     assert list(result.summary) == ["env", "seeds", "timesteps", "updates", "compile_s", "run_s", "steps_per_second",
-                                    "final_episode_return", "episodes"]
+                                    "final_episode_return", "episodes", "eval_episodes", "eval_epsilon", "eval_return_mean",
+                                    "eval_return_std", "eval_return_min", "eval_return_max"]  # the evaluation's last
+    assert result.summary["eval_episodes"] == SMALL.eval_episodes
     assert result.summary["timesteps"] == 3_000 and result.summary["updates"] == 300
     assert (tmp_path / "metrics.png").is_file()
 
@@ -87,24 +89,24 @@ def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
 @pytest.mark.end_to_end
 def test_cartpole_learns_and_checkpoint_evaluates(tmp_path):
     config = dqn.DQNConfig(total_steps=20_000, learning_starts=2_000, exploration_fraction=0.3, seed=0)
-    random_policy = np.mean(dqn_loop.evaluate(config, dqn_loop.train(dataclasses.replace(config, total_steps=10), progress=False).state.params, epsilon=1.0))
+    random_policy = np.mean(dqn_loop.play(config, dqn_loop.train(dataclasses.replace(config, total_steps=10), progress=False, evaluate=False).state.params, epsilon=1.0))
     result = dqn_loop.train(config, run_dir=tmp_path, progress=False)
     loaded_config, state = dqn_loop.load_checkpoint(tmp_path)
     assert loaded_config == config
     for a, b in zip(leaves(result.state), leaves(state)):
         np.testing.assert_array_equal(a, b)
-    greedy = np.mean(dqn_loop.evaluate(loaded_config, state.params, episodes=10))
+    greedy = np.mean(dqn_loop.play(loaded_config, state.params, episodes=10))
     assert greedy > 3 * random_policy, (greedy, random_policy)
 
 
 @pytest.mark.end_to_end
 def test_breakout_pipeline_learns_checkpoints_and_evaluates(tmp_path):
     config = dqn.DQNConfig.atari_short(total_steps=600, learning_starts=200, buffer_size=1_000, target_update_frequency=100)
-    result = dqn_loop.train(config, run_dir=tmp_path, progress=False)
+    result = dqn_loop.train(config, run_dir=tmp_path, progress=False, evaluate=False)  # an evaluation below
     assert int(result.state.update_count) == (600 - 200) // 4
     assert np.isfinite(result.metrics[-1]["loss"])
     loaded_config, state = dqn_loop.load_checkpoint(tmp_path)
-    scores = dqn_loop.evaluate(loaded_config, state.params, episodes=1, max_episode_steps=500)
+    scores = dqn_loop.play(loaded_config, state.params, episodes=1, max_episode_steps=500)
     assert len(scores) == 1 and scores[0] >= 0
 
 
@@ -114,9 +116,10 @@ def test_breakout_resumes_exactly_on_the_same_games(tmp_path):
     an Atari run stopped mid-way (at agent step 403) and resumed ends where the straight one does."""
     config = dqn.DQNConfig.atari_short(total_steps=600, learning_starts=200, buffer_size=1_000, target_update_frequency=100,
                                        repeat_action_probability=0.25)
-    straight = dqn_loop.train(config, run_dir=tmp_path / "straight", progress=False, log_every=25)
-    dqn_loop.train(config, run_dir=tmp_path / "resumed", progress=False, log_every=25, stop_at=403)
-    resumed = dqn_loop.train(config, run_dir=tmp_path / "resumed", progress=False, log_every=25, resume=True)
+    options = dict(progress=False, log_every=25, evaluate=False)  # whole Breakout games: not what this checks
+    straight = dqn_loop.train(config, run_dir=tmp_path / "straight", **options)
+    dqn_loop.train(config, run_dir=tmp_path / "resumed", stop_at=403, **options)
+    resumed = dqn_loop.train(config, run_dir=tmp_path / "resumed", resume=True, **options)
     for a, b in zip(leaves(straight.state), leaves(resumed.state)):
         np.testing.assert_array_equal(a, b)
     assert resumed.summary["episodes"] == straight.summary["episodes"]

@@ -25,7 +25,7 @@ def small_config(algorithm: str):
 
 # The algorithms' packages (each exports the contract), and the registry's algorithms that run on
 # labcore.loop with seeds in one vmap (those that refuse seeds run one per call).
-PACKAGES = tuple(sorted({algorithm.package.rsplit(".", 1)[1] for algorithm in registry.ALGORITHMS}))
+PACKAGES = tuple(sorted({algorithm.config_class.__module__.split(".")[2] for algorithm in registry.ALGORITHMS}))
 ALGORITHMS = tuple(name for name in registry.NAMES if "seeds" not in registry.get(name).refuses)
 
 
@@ -131,7 +131,7 @@ def test_the_iqn_program_is_the_fused_runner_cut_into_chunks(tmp_path):
     runner = runners.JaxFusedRunner(config)
     rows = iqn_run.metric_rows(0, runners.EpochNumbers(*(np.concatenate(parts) for parts in zip(
         *[runner.run_epochs(1) for _ in range(config.epochs)]))))
-    assert max_difference(iqn_run.agent_params(config, chunked.state), runner.params()) == 0.0
+    assert max_difference(iqn_run.params(chunked.state), runner.params()) == 0.0
     for row, expected in zip(chunked.metrics, rows, strict=True):
         assert row["update"] == expected["update"] and row["gems_per_world"] == expected["gems_per_world"]
         assert row["mean_reward"] == pytest.approx(expected["mean_reward"], rel=1e-6)

@@ -88,7 +88,7 @@ def runs(tmp_path_factory) -> dict[str, training_run.RunResult]:
 
 def params(result: training_run.RunResult):
     """The agents' parameters of a run of any mode (the fused mode's state is its whole WorldRun)."""
-    return iqn_run.agent_params(result.config, result.state)
+    return iqn_run.params(result.state)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -129,8 +129,8 @@ def two_node_run(cluster, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("two-node")
     run_config = config(train_frequency=4)
     updates = (run_config.total_steps - run_config.learning_starts) // run_config.train_frequency
-    result = actor_learner.run(run_config, num_actors=2, log_every=125, address=cluster, run_dir=run_dir,
-                               on_log=look_then_kill, timeout_s=900, stall_timeout_s=60)
+    result = actor_learner.train(run_config, num_actors=2, log_every=125, address=cluster, run_dir=run_dir,
+                                 on_log=look_then_kill, timeout_s=900, stall_timeout_s=60, progress=False)
     return result, seen, run_dir
 
 
@@ -252,9 +252,9 @@ def test_ape_x_exploration_reaches_each_actor(cluster):
     """exploration='ape_x': every request to actor i carries actor i's own constant rate, however far
     the run has gone (the linear schedule would give both actors the same, falling rate)."""
     seen = []
-    result = actor_learner.run(config(total_steps=4_000, learning_starts=500), num_actors=2, exploration="ape_x",
-                               log_every=50, address=cluster, evaluate=False, timeout_s=600,
-                               on_log=lambda row, actors: seen.append([actor["epsilon"] for actor in actors]))
+    result = actor_learner.train(config(total_steps=4_000, learning_starts=500), num_actors=2, exploration="ape_x",
+                                 log_every=50, address=cluster, evaluate=False, timeout_s=600,
+                                 on_log=lambda row, actors: seen.append([actor["epsilon"] for actor in actors]), progress=False)
     assert result.summary["timesteps"] >= 4_000 and len(seen) >= 2
     for epsilons in seen:
         np.testing.assert_allclose(epsilons, [0.4, 0.4**8])
@@ -270,8 +270,8 @@ def test_an_actor_that_keeps_dying_stops_the_run_with_its_name(cluster):
 
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"actor 1 died and Ray will not restart it \(restarted 0 times, max_restarts=0\)"):
-        actor_learner.run(config(total_steps=1_000_000), num_actors=2, log_every=50, address=cluster, max_restarts=0,
-                          on_log=kill_actor_1, timeout_s=60, stall_timeout_s=30)
+        actor_learner.train(config(total_steps=1_000_000), num_actors=2, log_every=50, address=cluster, max_restarts=0,
+                            on_log=kill_actor_1, timeout_s=60, stall_timeout_s=30, progress=False)
     assert time.monotonic() - started < 60
 
 
@@ -294,8 +294,8 @@ def test_a_silent_actor_is_killed_and_restarted_through_the_same_path(cluster, c
             raise Seen
 
     with pytest.raises(Seen):
-        actor_learner.run(config(total_steps=10_000_000), num_actors=2, log_every=25, address=cluster,
-                          on_log=stop_actor_1, actor_deadline_s=5, stall_timeout_s=60, timeout_s=180)
+        actor_learner.train(config(total_steps=10_000_000), num_actors=2, log_every=25, address=cluster,
+                            on_log=stop_actor_1, actor_deadline_s=5, stall_timeout_s=60, timeout_s=180, progress=False)
     actors, row = seen["actors"], seen["row"]
     assert actors[1]["silent_restarts"] == 1 and actors[1]["restarts"] == 1, actors
     assert actors[0]["silent_restarts"] == 0 and actors[0]["restarts"] == 0, actors
@@ -323,8 +323,8 @@ def test_a_learner_held_past_the_deadlines_kills_no_actor_and_sees_no_stall(clus
             raise Seen
 
     with pytest.raises(Seen):
-        actor_learner.run(config(total_steps=10_000_000), num_actors=2, log_every=25, address=cluster,
-                          on_log=hold_once, actor_deadline_s=5, stall_timeout_s=25, timeout_s=180)
+        actor_learner.train(config(total_steps=10_000_000), num_actors=2, log_every=25, address=cluster,
+                            on_log=hold_once, actor_deadline_s=5, stall_timeout_s=25, timeout_s=180, progress=False)
     assert seen["row"]["silent_restarts"] == 0 and seen["row"]["actor_restarts"] == 0, seen
     assert [actor["pid"] for actor in seen["actors"]] == [actor["pid"] for actor in seen["held"]]  # the same processes
     assert "delivered no rollout" not in capfd.readouterr().err
@@ -333,21 +333,21 @@ def test_a_learner_held_past_the_deadlines_kills_no_actor_and_sees_no_stall(clus
 def test_actors_that_cannot_be_placed_are_reported_not_waited_for(cluster):
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"no actor returned a rollout for 5 s .*each actor asks for 64 CPU"):
-        actor_learner.run(config(), num_actors=1, address=cluster, cpus_per_actor=64, stall_timeout_s=5)
+        actor_learner.train(config(), num_actors=1, address=cluster, cpus_per_actor=64, stall_timeout_s=5, progress=False)
     assert time.monotonic() - started < 30
 
 
 def test_bad_settings_and_addresses_fail_before_any_actor_starts(cluster):
     with pytest.raises(ValueError, match="num_actors must be >= 1, got 0"):
-        actor_learner.run(config(), num_actors=0, address=cluster)
+        actor_learner.train(config(), num_actors=0, address=cluster, progress=False)
     with pytest.raises(ValueError, match="cpus_per_actor must be > 0"):
-        actor_learner.run(config(), cpus_per_actor=0, address=cluster)
+        actor_learner.train(config(), cpus_per_actor=0, address=cluster, progress=False)
     with pytest.raises(ValueError, match="checkpoint_every needs a run_dir"):
-        actor_learner.run(config(), checkpoint_every=100, address=cluster)
+        actor_learner.train(config(), checkpoint_every=100, address=cluster, progress=False)
     with pytest.raises(ValueError, match=r"exploration must be one of \('linear', 'ape_x'\), got 'greedy'"):
-        actor_learner.run(config(), exploration="greedy", address=cluster)
+        actor_learner.train(config(), exploration="greedy", address=cluster, progress=False)
     with pytest.raises(ValueError, match=r"address: this process is connected to the Ray cluster at .*127.0.0.1:1"):
-        actor_learner.run(config(), address="127.0.0.1:1")  # another cluster than the one this process joined
+        actor_learner.train(config(), address="127.0.0.1:1", progress=False)  # another cluster than the one this process joined
     command = [sys.executable, "-m", "labcore", "train", "dqn-actor-learner", "--address", "127.0.0.1:1"]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert finished.returncode == 1  # running it failed: no cluster answers
@@ -404,12 +404,12 @@ def test_a_killed_learner_leaves_a_checkpoint_and_the_run_resumes_from_it(cluste
             os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left behind by the killed learner: {left}"
 
-    result = actor_learner.run(config(total_steps=12_000), num_actors=2, log_every=250, address=cluster,
-                               run_dir=run_dir, checkpoint_every=500, resume=True, timeout_s=90, stall_timeout_s=60)
+    result = actor_learner.train(config(total_steps=12_000), num_actors=2, log_every=250, address=cluster,
+                                 run_dir=run_dir, checkpoint_every=500, resume=True, timeout_s=90, stall_timeout_s=60, progress=False)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["update"] for row in rows] == list(range(250, 1100, 250))  # cut back to the checkpoint, then on
     assert result.metrics[0]["update"] == saved + 250
     assert result.metrics[0]["timesteps"] > 1000 + saved * 10  # the transitions counted before the kill carried over
     assert checkpoint.latest_step(run_dir / "checkpoints") == 1100
     assert result.summary["updates"] == 1100 and result.summary["timesteps"] >= 12_000
-    assert result.state.update_count == 1100  # the learner's state, returned
+    assert result.state["train_state"].update_count == 1100  # the learner's state, returned as a checkpoint holds it

@@ -39,6 +39,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
         ("dqn.core.select_action", "labcore.agents.dqn.core.select_action", "func"),
         ("dqn.host_loop.train", "labcore.agents.dqn.host_loop.train", "func"),
         ("dqn.host_loop.load_checkpoint", "labcore.agents.dqn.host_loop.load_checkpoint", "func"),
+        ("dqn.host_loop.play", "labcore.agents.dqn.host_loop.play", "func"),
         ("dqn.host_loop.evaluate", "labcore.agents.dqn.host_loop.evaluate", "func"),
         ("make_q_network", "labcore.nets.q_networks.make_q_network", "func"),
         ("labcore.replay", "labcore.replay", "mod"),
@@ -75,7 +76,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
     "05_many_processes": [
         ("DQNConfig", "labcore.agents.dqn.config.DQNConfig", "class"),
         ("dqn.multi_process.train", "labcore.agents.dqn.multi_process.train", "func"),
-        ("dqn.actor_learner.run", "labcore.agents.dqn.actor_learner.run", "func"),
+        ("dqn.actor_learner.train", "labcore.agents.dqn.actor_learner.train", "func"),
         ("checkpoint.restore", "labcore.checkpoint.restore", "func"),
         ("dqn.scan.make_evaluate", "labcore.agents.dqn.scan.make_evaluate", "func"),
         ("labcore.distributed", "labcore.distributed", "mod"),

@@ -10,7 +10,7 @@ from labcore.agents import registry
 def table() -> str:
     """One row per algorithm of the registry: its command-line name, its driver module, what it is."""
     rows = ["| name | driver | what it is |", "|---|---|---|"]
-    rows += [f"| `{algorithm.name}` | `{algorithm.driver}` | {algorithm.help} |" for algorithm in registry.ALGORITHMS]
+    rows += [f"| `{algorithm.name}` | `{algorithm.driver().__name__}` | {algorithm.help} |" for algorithm in registry.ALGORITHMS]
     return "\n".join(rows)
 
 

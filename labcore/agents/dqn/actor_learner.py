@@ -1,7 +1,7 @@
 """Actors and a learner on Ray: the actor-learner DQN, in the style of Ape-X and Gorila.
 
-    result = run(DQNConfig(env_id="CartPole-v1", total_steps=60_000), num_actors=2)            # this machine
-    result = run(config, num_actors=16, address="auto")      # the Ray cluster `ray start` runs (docs/guide/distributed.md)
+    result = train(DQNConfig(env_id="CartPole-v1", total_steps=60_000), num_actors=2)            # this machine
+    result = train(config, num_actors=16, address="auto")      # the Ray cluster `ray start` runs (docs/guide/distributed.md)
 
 * **Actors** are Ray actors (``RolloutActor``), one process each, placed on the cluster's nodes
   (spread over them). Each steps ``envs_per_actor`` gymnax envs with a jitted epsilon-greedy
@@ -45,9 +45,10 @@ slows the learner.
 Why this driver keeps a loop of its own instead of ``labcore.loop.train``: the learner's steps are
 driven by rollouts arriving from other processes, in an order the operating system decides, so
 there is no pure ``run(state, n)`` to compile. It uses the shared driver's pieces:
-``labcore.training_run.TrainingRun`` (run folder, rows, resume from the newest intact checkpoint, summary,
-plot) and ``labcore.checkpoint``, and returns its result type, ``labcore.training_run.RunResult``:
-``state`` is the learner's final ``TrainState``. One update is one learner update; ``log_every``
+``labcore.training_run.TrainingRun`` (run folder, progress bar, rows, resume from the newest intact
+checkpoint, summary, plot) and ``labcore.checkpoint``, and returns its result type,
+``labcore.training_run.RunResult``: ``state`` is the learner's final state as a checkpoint holds it,
+``{"train_state", "replay", "key"}`` (``params`` reads the parameters of either). One update is one learner update; ``log_every``
 and ``checkpoint_every`` count them. Rows hold the "update" and "timesteps" (transitions received
 from all actors). ``summary`` (summary.json) starts with the entries every driver writes (env,
 seeds, timesteps, updates; compile_s: from the start to the first rollout received, the actors'
@@ -70,8 +71,8 @@ import numpy as np
 from labcore import ray_cluster, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.config import ACTOR_LEARNER
-from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (ALGORITHM, load_checkpoint: this driver's)
-    ALGORITHM, Counters as _Counters, load_checkpoint, restore as _restore, save as _save)
+from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (ALGORITHM, load_checkpoint, params, evaluate: this driver's)
+    ALGORITHM, Counters as _Counters, evaluate, load_checkpoint, params, restore as _restore, save as _save)
 from labcore.training_run import TrainingRun
 
 ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works
@@ -154,22 +155,23 @@ def _check_settings(**settings: float) -> None:
             raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-def run(
+def train(
     config: dqn.DQNConfig,
+    run_dir: str | os.PathLike | None = None,
+    *,
     num_actors: int = ACTOR_LEARNER.num_actors,
     envs_per_actor: int = ACTOR_LEARNER.envs_per_actor,
     rollout_steps: int = ACTOR_LEARNER.rollout_steps,
     broadcast_every: int = ACTOR_LEARNER.broadcast_every,
     log_every: int | None = None,
-    *,
     address: str | None = ACTOR_LEARNER.address,
     max_restarts: int = ACTOR_LEARNER.max_restarts,
     cpus_per_actor: float = ACTOR_LEARNER.cpus_per_actor,
     actor_platform: str = "cpu",
-    run_dir: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    progress: bool = True,
     tensorboard: bool = True,
     evaluate: bool = True,
     on_log: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
@@ -179,7 +181,8 @@ def run(
     exploration: str = ACTOR_LEARNER.exploration,
 ) -> training_run.RunResult:
     """Train ``config`` (its total_steps counts transitions from all actors); see the module docstring. The
-    settings' defaults and help: ``labcore.agents.dqn.config.ActorLearnerSettings``.
+    settings' defaults and help: ``labcore.agents.dqn.config.ActorLearnerSettings``. The result's ``state`` is
+    the learner's, as ``load_checkpoint`` returns it: ``{"train_state", "replay", "key"}``.
 
     address: None joins the Ray this process runs, or starts one here on 127.0.0.1 (stopped at the
     end); "auto" or "host:port" joins a cluster (``labcore.ray_cluster.init``). log_every and
@@ -219,7 +222,7 @@ def run(
                          if address is None else None)
         host = TrainingRun.open(run_dir, config, name=f"DQN actor-learner on {config.env_id}",
                                 total_steps=config.total_steps, plotted=PLOTTED, resume=resume, overwrite=overwrite,
-                                tensorboard=tensorboard, progress=False)  # it shows rows (on_log), never a bar
+                                tensorboard=tensorboard, progress=progress)
         try:
             return _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
                           max_restarts, cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s,
@@ -264,10 +267,11 @@ def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
 
 def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
            cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s,
-           actor_deadline_s, evaluate, exploration) -> training_run.RunResult:
+           actor_deadline_s, evaluate_at_end, exploration) -> training_run.RunResult:
     import jax
     import ray
     from ray.exceptions import ActorDiedError, RayActorError
+    from tqdm import tqdm
 
     from labcore import envs, replay
     from labcore.agents.dqn.agent import make_dqn
@@ -357,8 +361,8 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
             asked_of_it = asked_of(rank)
             if every_ready(asked_of_it, ray.wait, timeout_s=0):  # back, and waiting for the learner
                 continue
-            print(f"labcore: actor {rank} (pid {actors[rank]['pid'] or 'not yet known'}) delivered no rollout for "
-                  f"{now - heard:.0f} s: killed, for Ray to restart it", file=sys.stderr, flush=True)
+            tqdm.write(f"labcore: actor {rank} (pid {actors[rank]['pid'] or 'not yet known'}) delivered no rollout for "
+                       f"{now - heard:.0f} s: killed, for Ray to restart it", file=sys.stderr)  # above the bar
             actors[rank]["silent_restarts"] += 1
             ray.kill(handles[rank], no_restart=False)
             await_restart(rank, now, running=bool(asked_of_it))  # none asked: a restart that never answered
@@ -429,6 +433,7 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
                 buffer = add_batch(buffer, dqn.Transition(out["obs"], out["actions"], out["rewards"], out["next_obs"],
                                                           out["terminated"]))
                 received += batch
+                host.advance(received)
                 returns.extend(out["finished"])
                 if received > config.learning_starts:
                     staleness.append(updates - out["version"])
@@ -478,11 +483,12 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
         "actors": [dict(actor) for actor in actors],  # rank, node_id, pid (the newest), restarts, transitions
     }
     evaluation = {}
-    if evaluate:  # greedy episodes of the final parameters
+    if evaluate_at_end:  # greedy episodes of the final parameters
         eval_returns = np.asarray(jax.jit(agent.evaluate)(state.params, jax.random.key(config.seed + 1)))
         evaluation = {"eval_returns": [float(score) for score in eval_returns],
                       "eval_return_mean": float(eval_returns.mean())}
     # updates and timesteps (transitions received) in all, a resumed run's earlier ones included
-    return host.finish(jax.device_get(state), updates=updates, steps=received,
+    learner = {"train_state": jax.device_get(state), "replay": buffer, "key": key}  # as a checkpoint holds it
+    return host.finish(learner, updates=updates, steps=received,
                        compile_s=(first_data or started) - started, run_s=acting_seconds, extra=own,
                        evaluation=evaluation)

@@ -16,6 +16,9 @@ from typing import Any
 from labcore import devices, validation
 from labcore.nets import NETWORKS
 
+# The registry's names of DQN's four drivers: the command line's (train NAME) and the ones their checkpoints record
+SCAN_NAME, HOST_LOOP_NAME, DATA_PARALLEL_NAME, ACTOR_LEARNER_NAME = (
+    "dqn-scan", "dqn-host", "dqn-data-parallel", "dqn-actor-learner")
 OPTIMIZERS = ("adam", "rmsprop_centered")
 REPLAY_STORAGES = ("transitions", "frames")
 TD_LOSSES = ("mse", "huber")
@@ -211,8 +214,8 @@ def _setting(default: Any, text: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class ActorLearnerSettings:
-    """The keywords of ``labcore.agents.dqn.actor_learner.run`` the command line offers as flags of ``train
-    dqn-actor-learner``, each with its default and its help: ``run``'s keywords default to these, and the
+    """The keywords of ``labcore.agents.dqn.actor_learner.train`` the command line offers as flags of ``train
+    dqn-actor-learner``, each with its default and its help: ``train``'s keywords default to these, and the
     registry reads its flags from here (``labcore.agents.registry.settings_of``)."""
 
     address: str | None = _setting(None, "Ray cluster to join: 'auto' (the one `ray start` runs on this machine) "

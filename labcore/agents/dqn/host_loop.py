@@ -14,8 +14,9 @@ call per agent step. Since an update only ever falls due at the end of a chunk, 
 same algorithm as storing every step at once. PRNG keys are
 ``fold_in(key, step)``, so a run is a pure function of its seed, however it is chunked.
 
-    result = train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), run_dir="runs/cartpole")
-    returns = evaluate(result.config, result.state.params, episodes=20)
+    result = train(DQNConfig(env_id="CartPole-v1", total_steps=50_000), "runs/cartpole")
+    scores = play(result.config, params(result.state), episodes=20)          # each game's score
+    print(evaluate(result.config, params(result.state), seed=0))             # {"eval_return_mean": ...}
 
 A run directory (``labcore.runs.RunDir``) holds ``config.json``, ``metrics.jsonl`` / ``metrics.csv``
 (rows with the "update" and "timesteps", agent steps; TensorBoard event files of the same rows,
@@ -59,7 +60,8 @@ from labcore.agents.dqn.config import HOST_LOOP
 from labcore.training_run import TrainingRun
 
 PLOTTED = ("episode_return", "loss", "epsilon")
-ALGORITHM = "dqn-host"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.dqn.config import HOST_LOOP_NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
+EVAL_SEED = 10_000  # the evaluation at the end of train: its envs seeded apart from training's
 
 
 def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -194,8 +196,8 @@ def _life_lost(info: dict, num_envs: int) -> np.ndarray:
 
 def train(
     config: dqn.DQNConfig,
-    *,
     run_dir: str | os.PathLike | None = None,
+    *,
     log_every: int | None = None,
     checkpoint_every: int | None = None,
     save_replay: bool = HOST_LOOP.save_replay,
@@ -203,7 +205,7 @@ def train(
     stop_at: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
-    eval_episodes: int = 0,
+    evaluate: bool = True,
     tensorboard: bool = True,
 ) -> training_run.RunResult:
     """Train a DQN agent on ``config.env_id`` for ``config.total_steps`` agent steps.
@@ -223,8 +225,9 @@ def train(
     stop_at: stop after this many agent steps (and checkpoint), as if interrupted; the
       schedules still follow ``total_steps``.
     overwrite: replace an earlier run in ``run_dir`` (without it, or resume, one is refused).
-    eval_episodes: episodes of ``evaluate`` at the end, into the summary (0: none): eval_episodes,
-      eval_epsilon, eval_return_mean and eval_return_std, as the jitted DQN's evaluation.
+    evaluate: end with ``evaluate`` of the final parameters (``config.eval_episodes`` games at
+      ``config.eval_epsilon``, seed ``EVAL_SEED``), its entries into the summary: eval_episodes,
+      eval_epsilon, eval_return_mean and eval_return_std (as the jitted DQN's), min and max.
     tensorboard: also write the metrics as TensorBoard event files in ``run_dir`` (labcore.runs).
 
     The summary (``labcore.training_run``): env, seeds, timesteps (agent steps), updates, compile_s
@@ -337,7 +340,7 @@ def train(
 
     vector_env.close()
     host.stop()
-    evaluation = summarize_evaluation(config, train_state.params, episodes=eval_episodes) if eval_episodes else {}
+    evaluation = _summary(play(config, train_state.params, seed=EVAL_SEED), config.eval_epsilon) if evaluate else {}
     return host.finish(train_state, updates=step // config.train_frequency, steps=step,
                        extra={"episodes": len(episode_returns)}, evaluation=evaluation)
 
@@ -425,23 +428,33 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     return config, jax.tree_util.tree_map(jnp.asarray, state["train_state"])
 
 
-def summarize_evaluation(config: dqn.DQNConfig, params: hk.Params, seed: int = 10_000,
-                         episodes: int | None = None) -> dict[str, Any]:
-    """``evaluate``'s scores as the summary's numbers: eval_episodes, eval_epsilon and the returns'
-    mean, std, min and max (the end of ``train``, and the registry's ``evaluate`` of dqn-host)."""
-    scores = np.asarray(evaluate(config, params, episodes=episodes, seed=seed))
-    return {"eval_episodes": int(scores.size), "eval_epsilon": config.eval_epsilon,
+def params(train_state: dqn.TrainState) -> hk.Params:
+    """The Q-network's parameters in a state of ``train`` or ``load_checkpoint`` (both a ``TrainState``)."""
+    return train_state.params
+
+
+def evaluate(config: dqn.DQNConfig, params: hk.Params, seed: int = 0, *, episodes: int | None = None,
+             epsilon: float | None = None, max_episode_steps: int | None = None) -> dict[str, Any]:
+    """The trained policy's games (``play``, defaults from the config) as numbers: eval_episodes, eval_epsilon
+    and the scores' mean, std, min and max (the entries ``train``'s summary ends with)."""
+    scores = play(config, params, episodes=episodes, epsilon=epsilon, seed=seed, max_episode_steps=max_episode_steps)
+    return _summary(scores, config.eval_epsilon if epsilon is None else epsilon)
+
+
+def _summary(scores: list[float], epsilon: float) -> dict[str, Any]:
+    scores = np.asarray(scores)
+    return {"eval_episodes": int(scores.size), "eval_epsilon": epsilon,
             "eval_return_mean": float(scores.mean()), "eval_return_std": float(scores.std()),
             "eval_return_min": float(scores.min()), "eval_return_max": float(scores.max())}
 
 
-def evaluate(
+def play(
     config: dqn.DQNConfig,
     params: hk.Params,
     *,
     episodes: int | None = None,
     epsilon: float | None = None,
-    seed: int = 10_000,
+    seed: int = EVAL_SEED,
     num_envs: int | None = None,
     max_steps: int = 1_000_000,
     max_episode_steps: int | None = None,

@@ -1,5 +1,5 @@
 """The actor-learner DQN's checkpoints (``labcore.agents.dqn.actor_learner``): what its learner saves,
-how a resume reads it back, and ``load_checkpoint`` for evaluation.
+how a resume reads it back, and ``load_checkpoint``, ``params`` and ``evaluate`` for evaluation.
 
     config, state = load_checkpoint("runs/actor-learner")      # state["train_state"].params: the policy
 
@@ -20,9 +20,9 @@ import jax
 
 from labcore import runs
 from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn.config import ACTOR_LEARNER_NAME as ALGORITHM  # the registry name its checkpoints record
 
-ALGORITHM = "dqn-actor-learner"  # the registry name its checkpoints record
-DRIVER = "labcore.agents.dqn.actor_learner"  # the module whose runs write them
+DRIVER = "labcore.agents.dqn.actor_learner"  # the module whose runs write them (the schema's "driver")
 
 
 class Counters(NamedTuple):
@@ -73,3 +73,15 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
             "key": jax.random.key(0)}
     state, _ = checkpoint.restore(directory, like, step)
     return config, state
+
+
+def params(learner: dict[str, Any]) -> Any:
+    """The learner's parameters in a state of ``train`` or ``load_checkpoint`` (``{"train_state", "replay", "key"}``)."""
+    return learner["train_state"].params
+
+
+def evaluate(config: dqn.DQNConfig, params: Any, seed: int = 0) -> dict[str, Any]:
+    """The jitted DQN's evaluation on gymnax envs (``labcore.agents.dqn.scan.evaluate``): the actors' network."""
+    from labcore.agents.dqn import scan
+
+    return scan.evaluate(config, params, seed)

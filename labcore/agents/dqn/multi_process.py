@@ -56,7 +56,7 @@ from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.agents.dqn.config import DATA_PARALLEL
 
-ALGORITHM = "dqn-data-parallel"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.dqn.config import DATA_PARALLEL_NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 AXIS = distributed.AXIS
 REPLICA_AXIS = "replicas"  # the vmapped replicas inside one device (replicas_per_device > 1)
@@ -228,6 +228,18 @@ def train(config: dqn.DQNConfig, run_dir: str | os.PathLike | None = None, *,
     ``summary`` holds "params_fingerprint", the parameters' hash every process agreed on."""
     return loop.train(config, functools.partial(make_program, replicas_per_device=replicas_per_device), run_dir,
                       **options)
+
+
+def params(carry: Any) -> Any:
+    """The learner's parameters: of replica 0's carry (``load_checkpoint``), or of the global carry
+    ``train`` returns (leaves [devices, replicas_per_device, ...]; every replica holds the same)."""
+    learned = carry.train_state.params
+    return learned if carry.step.ndim == 0 else first_replica(learned)
+
+
+def evaluate(config: dqn.DQNConfig, params: Any, seed: int = 0) -> dict[str, Any]:
+    """The jitted DQN's evaluation on gymnax envs (``labcore.agents.dqn.scan.evaluate``): the same network."""
+    return dqn_scan.evaluate(config, params, seed)
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, Any]:

@@ -30,7 +30,7 @@ from labcore import envs, logged_scan, loop, replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import make_dqn
 
-ALGORITHM = "dqn-scan"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.dqn.config import SCAN_NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 
 class ScanResult(NamedTuple):
@@ -293,6 +293,11 @@ def evaluation(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) ->
     played = np.asarray(jax.jit(play)(params, eval_key))
     return {"eval_episodes": config.eval_episodes, "eval_epsilon": config.eval_epsilon,
             "eval_return_mean": float(played.mean()), "eval_return_std": float(played.std())}
+
+
+def params(carry: _Carry) -> Any:
+    """The Q-network's parameters in a state of ``train`` or ``load_checkpoint``."""
+    return carry.train_state.params
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, _Carry]:

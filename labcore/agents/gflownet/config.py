@@ -16,6 +16,7 @@ from labcore import devices, validation
 if TYPE_CHECKING:
     from labcore.envs.hypergrid import HyperGrid
 
+NAME = "gflownet"  # the registry's name: the command line's (train NAME) and the one its checkpoints record
 LOSSES = ("tb", "db", "fm", "fl", "subtb")
 TRAINERS = ("torch", "hybrid", "jax_policy", "jax")
 
@@ -86,4 +87,3 @@ class GFlowNetConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-

@@ -34,11 +34,10 @@ import numpy as np
 
 from labcore import logged_scan, loop, training_run
 from labcore.agents.gflownet import core
+from labcore.agents.gflownet.config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 from labcore.agents.gflownet.core import GFlowNetConfig
 from labcore.envs import hypergrid
 from labcore.training_run import TrainingRun
-
-ALGORITHM = "gflownet"  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 PLOTTED = ("loss", "l1")
 
@@ -178,6 +177,12 @@ def _torch_params(agent) -> dict[str, Any]:
     from labcore.torch_ref import gflownet as ref
 
     return ref.to_jax_params(agent)
+
+
+def params(state: TrainState | dict[str, Any]) -> dict[str, Any]:
+    """The policy's parameters in a state of ``train`` (a host trainer's: the parameters themselves) or of
+    ``load_checkpoint``."""
+    return state.params if hasattr(state, "params") else state
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[GFlowNetConfig, TrainState]:

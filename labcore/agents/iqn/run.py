@@ -60,7 +60,7 @@ from labcore.agents.iqn.runners import EpochNumbers, make_runner
 from labcore.training_run import TrainingRun
 from labcore.runs import checkpoint_dir
 
-ALGORITHM = "iqn"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.iqn.run_config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 # evaluate's default seed: the key schedule of play after training, apart from the training seeds
 EVAL_SEED = 10_000
@@ -124,7 +124,7 @@ def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loo
                                         log_every=log_every, rows_per_burst=logged_scan.burst_rows(agent_steps, log_every))
 
     def evaluate_state(runs: WorldRun, seed: int) -> dict[str, Any]:
-        return evaluate(config, agent_params(config, runs), seed=EVAL_SEED + seed)
+        return evaluate(config, params(runs), seed=EVAL_SEED + seed)
 
     return loop.Program(
         config=config,
@@ -151,13 +151,14 @@ def make_train(config: IQNRunConfig):
     return lambda key: program.run(program.init(key), config.epochs)
 
 
-def agent_params(config: IQNRunConfig, state: Any) -> Any:
-    """The agents' local parameters in the checkpoint layout (``check_params``) of a ``train``
-    result's state: a fused run's ``WorldRun``, or a host mode's parameters as they are."""
+def params(state: Any) -> Any:
+    """The agents' local parameters in the checkpoint layout (``check_params``) of a ``train`` result's or
+    ``load_checkpoint``'s state: a fused run's ``WorldRun`` (one world: its world axis dropped; a run of
+    several seeds keeps its leading [seeds, worlds] axes), or a host mode's parameters as they are."""
     if not isinstance(state, WorldRun):
         return state
-    params = state.agents.params
-    return jax.tree_util.tree_map(lambda leaf: leaf[0], params) if config.num_worlds == 1 else params
+    one_world = state.epoch.ndim == 1 and state.epoch.shape[0] == 1
+    return jax.tree_util.tree_map(lambda leaf: leaf[0], state.agents.params) if one_world else state.agents.params
 
 
 # ----------------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def train(config: IQNRunConfig, run_dir: str | os.PathLike | None = None, *, log
     100 rows). ``jax_fused`` takes every option of ``labcore.loop.train`` (every count in updates);
     the host modes take ``overwrite``, ``tensorboard``, ``evaluate`` and ``progress``. The result's
     ``state`` is the final ``WorldRun`` (jax_fused) or the agents' parameters (host modes):
-    ``agent_params`` gives the parameters of either."""
+    ``params`` gives the parameters of either."""
     log_every = training_run.default_log_every(config.epochs) if log_every is None else log_every
     if not validation.is_int(log_every) or log_every < 1:
         raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
@@ -304,18 +305,18 @@ def load_params(path: str | os.PathLike, config: IQNRunConfig | None = None, ste
         raise FileNotFoundError(f"no checkpoint in {path}")
     directory, metadata, saved = checkpoint.open_run(path, ALGORITHM, IQNRunConfig, step)
     if written_by(metadata) == __name__:  # a host mode's: the parameters only
-        params = checkpoint.restore(directory, like={"params": params_shape(saved)}, step=step)[0]["params"]
+        loaded = checkpoint.restore(directory, like={"params": params_shape(saved)}, step=step)[0]["params"]
     elif metadata.get("seeds"):
         raise ValueError(f"seeds: {path} holds a run of {metadata['seeds']} seeds; load_checkpoint reads their state "
                          "(leaves [seeds, ...])")
     else:  # the fused mode's whole state (labcore.loop): restored into a fresh one, real keys included
         program = make_program(saved)
         runs, _ = checkpoint.restore(directory, like=program.init(jax.random.key(saved.seed)), step=step)
-        params = agent_params(saved, runs)
-    check_params(params, saved)
+        loaded = params(runs)
+    check_params(loaded, saved)
     target = config or (dataclasses.replace(saved, **overrides) if overrides else saved)
-    check_params(params, target)
-    return target, params
+    check_params(loaded, target)
+    return target, loaded
 
 
 # ----------------------------------------------------------------------------------------------

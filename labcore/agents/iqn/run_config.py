@@ -38,6 +38,7 @@ from labcore import devices, validation
 from labcore.agents.iqn.config import IQNConfig
 from labcore.envs import treasurehunt_params as th  # the world's params, without the JAX world
 
+NAME = "iqn"  # the registry's name: the command line's (train NAME) and the one its checkpoints record
 MODES = ("pytorch", "jax_sequential", "jax_parallel", "jax_fused")
 RUN_FIELDS = ("mode", "epochs", "seed", "num_worlds", "epochs_per_call")
 # The agent fields the world decides (the observation width and the four moves).

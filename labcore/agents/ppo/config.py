@@ -13,6 +13,7 @@ from typing import Any
 
 from labcore import devices, validation
 
+NAME = "ppo"  # the registry's name: the command line's (train NAME) and the one its checkpoints record
 ACTIVATIONS = ("tanh", "relu")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 
@@ -118,4 +119,3 @@ class PPOConfig:
         )
         settings.update(overrides)
         return cls(**settings)
-

@@ -30,7 +30,7 @@ import numpy as np
 from labcore import evaluation, loop
 from labcore.agents.ppo import core as ppo
 
-ALGORITHM = "ppo"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.ppo.config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
 
@@ -89,6 +89,11 @@ def _evaluate(agent: ppo.PPO, params: Any, seed: int) -> dict[str, Any]:
         "sampled_return_std": float(returns["sampled"].std()),
         "random_return_mean": float(returns["random"].mean()),
     }
+
+
+def params(runner: ppo.RunnerState) -> Any:
+    """The policy's parameters in a state of ``train`` or ``load_checkpoint``."""
+    return runner.params
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[ppo.PPOConfig, ppo.RunnerState]:

@@ -13,6 +13,7 @@ from typing import Any
 from labcore import devices, validation
 from labcore.nets import NETWORKS
 
+NAME = "pqn"  # the registry's name: the command line's (train NAME) and the one its checkpoints record
 OPTIMIZERS = ("adam", "radam")
 ENV_STEPPINGS = ("auto", "xla", "callback")  # how an Atari run steps ALE's vector env (labcore.envs.ale_vector)
 
@@ -214,4 +215,3 @@ class PQNConfig:
         baselines run it): sticky actions with probability 0.25 and no life-loss terminal, so each
         game is learned from as the whole game it is; rewards still clipped (Dopamine's agents clip)."""
         return cls.atari(env_id, **{"repeat_action_probability": 0.25, "life_loss_terminal": False, **overrides})
-

@@ -30,7 +30,7 @@ import numpy as np
 from labcore import evaluation, loop
 from labcore.agents.pqn import core as pqn
 
-ALGORITHM = "pqn"  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.pqn.config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 PLOTTED = ("episode_return", "epsilon", "loss", "q_mean")
 
@@ -88,6 +88,11 @@ def _evaluate(agent: pqn.PQN, params: Any, seed: int) -> dict[str, Any]:
         "eval_return_std": float(played.std()),
         "random_return_mean": float(np.mean(random_play)),
     }
+
+
+def params(runner: pqn.RunnerState) -> Any:
+    """The Q-network's parameters in a state of ``train`` or ``load_checkpoint``."""
+    return runner.params
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[pqn.PQNConfig, pqn.RunnerState]:
