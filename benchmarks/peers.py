@@ -150,6 +150,7 @@ PPO_DIFFERENCES = (
     "optimisers: Rejax steps the actor and the critic with an Adam each, one after the other; labcore one Adam on "
     "the summed loss",
     "initial weights: labcore orthogonal (PureJaxRL's); Rejax Flax's default",
+    "Adam's epsilon: labcore 1e-5, Rejax optax's default (1e-8)",
 )
 
 def rejax_ppo_sides(env_id: str, *, num_envs: int, num_steps: int, total_steps: int, learning_rate: float, gamma: float,
@@ -317,13 +318,27 @@ def run_side(python: pathlib.Path | str, spec: dict, timeout_s: float) -> dict:
 SCHEDULERS = ("off", "default")
 
 
-def spec_of(pair: Pair, side: str, agents: int, scheduler: str = "off") -> dict:
+# What ``run --labcore-variant`` changes in labcore's PPO, in the labcore side's process only (peers_child.py's
+# changed_labcore), to time one difference from a peer that no config field switches
+LABCORE_VARIANTS = {
+    "element-clip": "each gradient element clipped at max_grad_norm (optax.clip, as Rejax's PPO) instead of the "
+                    "global norm (optax.clip_by_global_norm)",
+    "no-metrics": "no per-update metrics returned (the finished episodes' mean return and length, losses, entropy, "
+                  "KL, clip fraction, invalid-action rate), so that XLA may drop what only computes them",
+}
+
+
+def spec_of(pair: Pair, side: str, agents: int, scheduler: str = "off", variants: tuple[str, ...] = ()) -> dict:
     config = pair.labcore if side == "labcore" else pair.peer_config
     spec = {"pair": pair.name, "side": side, "algorithm": pair.algorithm if side == "labcore" else pair.peer_algorithm,
             "env": pair.env, "config": config, "agents": agents, "seed": 0, "eval_episodes": pair.eval_episodes,
             "eval_on": pair.eval_on}
-    # only when not "off": the sides a run recorded before the option existed keep their keys for --resume
-    return spec if scheduler == "off" else {**spec, "xla_scheduler": scheduler}
+    # each only when set: the sides a run recorded before the option existed keep their keys for --resume
+    if scheduler != "off":
+        spec["xla_scheduler"] = scheduler
+    if variants and side == "labcore":
+        spec["labcore_variants"] = list(variants)
+    return spec
 
 
 SIDES_NAME = "peers-sides.jsonl"  # under --out: one line per side run, so that --resume goes on from the last
@@ -335,7 +350,8 @@ def side_key(round_: int, spec: dict) -> str:
 
 
 def run(pairs: list[Pair], rounds: int, agent_counts: list[int] | None, timeout_s: float,
-        sides_file: pathlib.Path, resume: bool = False, scheduler: str = "off") -> tuple[list[dict], float, list[str]]:
+        sides_file: pathlib.Path, resume: bool = False, scheduler: str = "off",
+        variants: tuple[str, ...] = ()) -> tuple[list[dict], float, list[str]]:
     """Every (pair, agents) timed in ``rounds`` rounds, the sides' order swapped each round -> (rows, seconds,
     the dates of the first and the last side).
 
@@ -360,7 +376,7 @@ def run(pairs: list[Pair], rounds: int, agent_counts: list[int] | None, timeout_
         for pair, agents in jobs:
             sides = ["labcore", pair.peer] if round_ % 2 == 0 else [pair.peer, "labcore"]
             for side in sides:
-                spec = spec_of(pair, side, agents, scheduler)
+                spec = spec_of(pair, side, agents, scheduler, variants)
                 key = side_key(round_, spec)
                 if key in done:
                     entry = done[key]
@@ -465,6 +481,9 @@ def main(argv: list[str] | None = None) -> None:
                        "(the same pairs, rounds and budget), running only those still missing")
     timed.add_argument("--labcore", nargs="+", default=[], metavar="FIELD=VALUE", help="set these fields of labcore's "
                        "config in every pair run (a JSON value: mask_actions=false), to time what a feature costs")
+    timed.add_argument("--labcore-variant", nargs="+", default=[], choices=sorted(LABCORE_VARIANTS), help="change "
+                       "labcore's PPO in its process only, to time a difference no field switches: " +
+                       "; ".join(f"{name}: {what}" for name, what in LABCORE_VARIANTS.items()))
     timed.add_argument("--scheduler", choices=SCHEDULERS, default="off", help="XLA's CPU scheduler on both sides: the "
                        "concurrency-optimised one off (default), or XLA's default")
     timed.add_argument("--page", type=pathlib.Path, help="also write the results page's measured part "
@@ -484,15 +503,17 @@ def main(argv: list[str] | None = None) -> None:
     overrides = dict(_field_value(item) for item in args.labcore)
     chosen = [pair.scaled(args.scale) for pair in PAIRS if not args.pairs or pair.name in args.pairs]
     chosen = [dataclasses.replace(pair, labcore={**pair.labcore, **overrides}) for pair in chosen]
+    if args.labcore_variant and any(pair.algorithm != "ppo" for pair in chosen):
+        parser.error("--labcore-variant changes labcore's PPO: choose PPO pairs only (--pairs)")
     rows, seconds, dates = run(chosen, args.rounds, args.agents, args.timeout, pathlib.Path(args.out) / SIDES_NAME, args.resume,
-                               args.scheduler)
+                               args.scheduler, tuple(args.labcore_variant))
     from labcore.tools.benchmarking import write_results
 
     given = [arg for arg in (argv if argv is not None else sys.argv[1:]) if arg != "--resume"]
     path = write_results("peers", rows, out_dir=args.out, columns=COLUMNS, extra={
         "command": " ".join(["python benchmarks/peers.py", *given]),
         "rounds": args.rounds, "scale": args.scale, "wall_s": seconds, "measured": dates, "xla_scheduler": args.scheduler,
-        "labcore_overrides": overrides,
+        "labcore_overrides": overrides, "labcore_variants": args.labcore_variant,
         "peers": {name: list(peer.requirements) for name, peer in peers().items()},
         "unmatched_algorithms": list(UNMATCHED_ALGORITHMS)})
     if args.page is not None:

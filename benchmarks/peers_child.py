@@ -138,11 +138,41 @@ def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = Non
 # labcore
 
 
+def changed_labcore(variants: list[str], algorithm: str) -> None:
+    """Change labcore's PPO in this process only, to time what a difference from a peer costs
+    (``peers.py run --labcore-variant``; its LABCORE_VARIANTS says what each does). Nothing here is labcore's own
+    behaviour: these are measurements' controls, each the smallest change that removes one difference."""
+    if variants and algorithm != "ppo":
+        raise ValueError(f"--labcore-variant changes labcore's PPO only, not {algorithm!r}")
+    for variant in variants:
+        if variant == "element-clip":
+            import optax
+
+            # labcore's PPO builds optax.chain(optax.clip_by_global_norm(max_grad_norm), adam): with this, each
+            # gradient element is clipped at max_grad_norm instead, as Rejax's PPO does (optax.clip)
+            optax.clip_by_global_norm = optax.clip
+        elif variant == "no-metrics":
+            import jax
+
+            from labcore import logged_scan
+
+            # PPO's run(state, n) is logged_scan.scan_updates(update, ...); this one keeps the state and drops
+            # each update's metrics, so that XLA removes whatever only computes them
+            def without_metrics(update, state, num_updates, **_):
+                state, _ = jax.lax.scan(lambda carry, _: (update(carry)[0], None), state, None, length=num_updates)
+                return state, {}
+
+            logged_scan.scan_updates = without_metrics
+        else:
+            raise ValueError(f"unknown labcore variant {variant!r}")
+
+
 def run_labcore(spec: dict) -> dict:
     import jax
     import jax.numpy as jnp
 
     algorithm, agents = spec["algorithm"], spec["agents"]
+    changed_labcore(spec.get("labcore_variants", []), algorithm)
     config_fields = {name: tuple(value) if isinstance(value, list) else value for name, value in spec["config"].items()}
     if algorithm == "ppo":
         from labcore.agents.ppo import core as ppo

@@ -94,3 +94,28 @@ def test_the_anatomy_reads_loops_kernels_callbacks_and_the_costliest_lines_of_a_
     assert "sort" in opcodes and "custom-call" in opcodes
     assert any(row["name"].startswith("step (") and "tests/test_peers.py:" in row["name"] for row in seen["by source"])
     assert 0 < seen["op ms"] and seen["ops busy ms"] <= seen["profiled ms"]
+
+
+def test_a_labcore_variant_changes_labcores_ppo_in_its_own_process_only(tmp_path):
+    peers = load_peers()
+    pair = next(pair for pair in peers.PAIRS if pair.name == "ppo-cartpole-rejax")
+    assert peers.spec_of(pair, "labcore", 1, variants=("element-clip",))["labcore_variants"] == ["element-clip"]
+    assert "labcore_variants" not in peers.spec_of(pair, "rejax", 1, variants=("element-clip",))  # the peer as it is
+    assert "labcore_variants" not in peers.spec_of(pair, "labcore", 1)  # a run recorded before the option: same key
+    with pytest.raises(SystemExit):  # PQN is not what the variants change
+        peers.main(["run", "--pairs", "pqn-cartpole-rejax", "--labcore-variant", "no-metrics", "--out", str(tmp_path)])
+    # In a process of its own, as a side runs: the clipping is per element and the program returns no metrics
+    code = (
+        "import importlib.util, sys, jax, optax\n"
+        f"spec = importlib.util.spec_from_file_location('child', {str(REPO / 'benchmarks' / 'peers_child.py')!r})\n"
+        "child = importlib.util.module_from_spec(spec); spec.loader.exec_module(child)\n"
+        "from labcore.agents.ppo import core\n"
+        "child.changed_labcore(['element-clip', 'no-metrics'], 'ppo')\n"
+        "assert optax.clip_by_global_norm is optax.clip\n"
+        "state, metrics = jax.jit(core.make_ppo(core.PPOConfig.smallest()).train)(jax.random.key(0))\n"
+        "assert metrics == {} and int(state.update_step) == core.PPOConfig.smallest().num_updates\n"
+        "try:\n    child.changed_labcore(['no-metrics'], 'pqn')\nexcept ValueError as error:\n    print('refused:', error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused: --labcore-variant changes labcore's PPO only, not 'pqn'" in done.stdout
