@@ -418,7 +418,7 @@ def actor_learner_run(**options) -> dict:
 
     config = dqn.DQNConfig(env_id="CartPole-v1", total_steps=30_000, learning_starts=1000, buffer_size=10_000,
                            exploration_fraction=0.3, train_frequency=4)
-    summary = actor_learner.train(config, log_every=250, tensorboard=False, timeout_s=600, **options, progress=False).summary
+    summary = actor_learner.train(config, log_every=250, tensorboard=False, timeout_s=600, progress=False, **options).summary
     return {"mean_staleness": round(summary["mean_staleness"], 1),
             "actor_steps_per_s": round(summary["steps_per_second"]),  # all actors together
             "learner_updates_per_s": round(summary["learner_updates_per_second"]),
@@ -426,7 +426,7 @@ def actor_learner_run(**options) -> dict:
 
 
 @experiment("05", "How stale is the actors' data when the learner broadcasts every update, or every 50?",
-            "dqn_actor_learner.train(config, num_actors=2, broadcast_every=50, progress=False)")
+            "dqn_actor_learner.train(config, num_actors=2, broadcast_every=50)")
 def broadcast_every():
     rows = [{"broadcast_every": every, **actor_learner_run(num_actors=2, broadcast_every=every)} for every in (1, 50)]
     return rows
@@ -439,7 +439,7 @@ def _broadcast_every(rows):
             f"{shown(rows[1]['learner_updates_per_s'])} updates/s.")
 
 
-@experiment("05", "One actor or two?", "dqn_actor_learner.train(config, num_actors=1, progress=False)")
+@experiment("05", "One actor or two?", "dqn_actor_learner.train(config, num_actors=1)")
 def number_of_actors():
     rows = [{"num_actors": actors, **actor_learner_run(num_actors=actors, broadcast_every=10)} for actors in (1, 2)]
     return rows

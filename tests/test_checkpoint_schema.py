@@ -49,7 +49,7 @@ TRAIN = {
     "ppo": lambda config, path: ppo_run.train(config, path, checkpoint_every=2, progress=False, evaluate=False),
     "pqn": lambda config, path: pqn_run.train(config, path, checkpoint_every=2, progress=False, evaluate=False),
     "dqn-scan": lambda config, path: dqn_scan.train(config, path, checkpoint_every=60, progress=False, evaluate=False),
-    "dqn-host": lambda config, path: host_loop.train(config, run_dir=path, checkpoint_every=60, progress=False),
+    "dqn-host": lambda config, path: host_loop.train(config, path, checkpoint_every=60, progress=False, evaluate=False),
     "dqn-data-parallel": lambda config, path: multi_process.train(config, path, checkpoint_every=60, progress=False,
                                                                   evaluate=False),
     "dqn-actor-learner": lambda config, path: save_as_the_learner_does(config, path / "checkpoints"),

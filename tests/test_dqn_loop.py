@@ -49,6 +49,9 @@ def test_same_seed_same_result_and_exact_resume(tmp_path):
         np.testing.assert_array_equal(a, b)
     assert resumed.summary["episodes"] == straight.summary["episodes"]
     assert resumed.summary["final_episode_return"] == straight.summary["final_episode_return"]
+    # the evaluation ends a finished run only (the interrupted one's parameters are half-trained), the same games
+    assert "eval_return_mean" not in first.summary
+    assert resumed.summary["eval_return_mean"] == straight.summary["eval_return_mean"]
     # one folder, one run: the row the interrupted run logged at 1,503 (its checkpoint), then the rest
     from labcore.logging import read_metrics
 

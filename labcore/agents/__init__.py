@@ -27,6 +27,7 @@ losses, the jitted update or whole jitted training run) beside the drivers that 
 * ``train(config, run_dir=None, **options) -> labcore.training_run.RunResult``: ``labcore.loop.train``
   with the program bound (run folder, checkpoints, exact resume, seeds in one vmap);
 * ``load_checkpoint(path, step=None) -> (config, state)``;
+* ``params(state)``: the policy's parameters in a state of ``train`` or ``load_checkpoint``;
 * ``evaluate(config, params, seed=0) -> dict``: the trained policy's episodes, summarised.
 
 (``dqn.train`` is the jitted DQN, ``dqn-scan`` in the registry; its host loop over gymnasium,
@@ -38,7 +39,9 @@ plays epochs of the treasurehunt.) The names load on first use, so importing a p
 **One registry.** ``labcore.agents.registry`` has one record per algorithm *and driver* (``ppo``,
 ``pqn``, ``dqn-scan``, ``dqn-host``, ``dqn-data-parallel``, ``dqn-actor-learner``, ``gflownet``,
 ``iqn``), each with the same ``train``, ``load_checkpoint``, ``params`` and ``evaluate``: what the
-command line's ``train NAME`` and ``eval NAME`` run, and where a new algorithm is added.
+command line's ``train NAME`` and ``eval NAME`` run. Each record is written in its folder's ``algorithm``
+module (``labcore.agents.contract`` says what a record and its driver hold); a new algorithm is its folder and one
+line in the registry.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-CONTRACT = ("Config", "make_train", "make_program", "train", "load_checkpoint", "evaluate")
+CONTRACT = ("Config", "make_train", "make_program", "train", "load_checkpoint", "params", "evaluate")
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:

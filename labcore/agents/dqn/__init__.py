@@ -5,6 +5,7 @@
 * ``core``: epsilon-greedy acting, the loss and the jitted update;
 * ``agent``: DQN built once: ``make_dqn`` returns its pure functions (init, act, collect, learn,
   evaluate), which every driver below runs;
+* ``algorithm``: the four drivers' records for ``labcore.agents.registry`` (imports no JAX);
 * ``host_loop``: gymnasium envs stepped in Python (CartPole, Atari), greedy evaluation,
   checkpoints and exact resume;
 * ``frame_replay``: the Atari replay buffer that stores each frame once;
@@ -14,7 +15,7 @@
 * ``actor_learner``: Ray actors feeding one learner that owns the replay (staleness, node ids, restarts, resume).
 
 The package itself exports the agent contract of ``labcore.agents`` (``train`` is the jitted DQN's, ``scan.train``): ``Config``,
-``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
+``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``params``, ``evaluate``.
 """
 
 from labcore.agents import agent_exports

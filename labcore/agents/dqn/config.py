@@ -216,7 +216,7 @@ def _setting(default: Any, text: str) -> Any:
 class ActorLearnerSettings:
     """The keywords of ``labcore.agents.dqn.actor_learner.train`` the command line offers as flags of ``train
     dqn-actor-learner``, each with its default and its help: ``train``'s keywords default to these, and the
-    registry reads its flags from here (``labcore.agents.registry.settings_of``)."""
+    registry reads its flags from here (``labcore.agents.contract.settings_of``)."""
 
     address: str | None = _setting(None, "Ray cluster to join: 'auto' (the one `ray start` runs on this machine) "
                                          "or HEAD_IP:PORT; default: start Ray here, listening on 127.0.0.1 only")

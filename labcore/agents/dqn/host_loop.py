@@ -57,10 +57,10 @@ from labcore.agents.dqn import frame_replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN, make_dqn
 from labcore.agents.dqn.config import HOST_LOOP
+from labcore.agents.dqn.config import HOST_LOOP_NAME as ALGORITHM  # the registry name its checkpoints record
 from labcore.training_run import TrainingRun
 
 PLOTTED = ("episode_return", "loss", "epsilon")
-from labcore.agents.dqn.config import HOST_LOOP_NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 EVAL_SEED = 10_000  # the evaluation at the end of train: its envs seeded apart from training's
 
 
@@ -340,7 +340,8 @@ def train(
 
     vector_env.close()
     host.stop()
-    evaluation = _summary(play(config, train_state.params, seed=EVAL_SEED), config.eval_epsilon) if evaluate else {}
+    finished = step >= config.total_steps  # not a run cut short by stop_at: its parameters are half-trained
+    evaluation = _summary(play(config, train_state.params, seed=EVAL_SEED), config.eval_epsilon) if evaluate and finished else {}
     return host.finish(train_state, updates=step // config.train_frequency, steps=step,
                        extra={"episodes": len(episode_returns)}, evaluation=evaluation)
 
@@ -433,10 +434,10 @@ def params(train_state: dqn.TrainState) -> hk.Params:
     return train_state.params
 
 
-def evaluate(config: dqn.DQNConfig, params: hk.Params, seed: int = 0, *, episodes: int | None = None,
+def evaluate(config: dqn.DQNConfig, params: hk.Params, seed: int = EVAL_SEED, *, episodes: int | None = None,
              epsilon: float | None = None, max_episode_steps: int | None = None) -> dict[str, Any]:
     """The trained policy's games (``play``, defaults from the config) as numbers: eval_episodes, eval_epsilon
-    and the scores' mean, std, min and max (the entries ``train``'s summary ends with)."""
+    and the scores' mean, std, min and max (the entries ``train``'s summary ends with; the default seed is its)."""
     scores = play(config, params, episodes=episodes, epsilon=epsilon, seed=seed, max_episode_steps=max_episode_steps)
     return _summary(scores, config.eval_epsilon if epsilon is None else epsilon)
 

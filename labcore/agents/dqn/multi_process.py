@@ -55,8 +55,8 @@ from labcore import checkpoint, distributed, loop, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.agents.dqn.config import DATA_PARALLEL
+from labcore.agents.dqn.config import DATA_PARALLEL_NAME as ALGORITHM  # the registry name its checkpoints record
 
-from labcore.agents.dqn.config import DATA_PARALLEL_NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 AXIS = distributed.AXIS
 REPLICA_AXIS = "replicas"  # the vmapped replicas inside one device (replicas_per_device > 1)

@@ -29,8 +29,7 @@ import numpy as np
 from labcore import envs, logged_scan, loop, replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import make_dqn
-
-from labcore.agents.dqn.config import SCAN_NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.dqn.config import SCAN_NAME as ALGORITHM  # the registry name its checkpoints record
 
 
 class ScanResult(NamedTuple):

@@ -34,7 +34,7 @@ import numpy as np
 
 from labcore import logged_scan, loop, training_run
 from labcore.agents.gflownet import core
-from labcore.agents.gflownet.config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.gflownet.config import NAME as ALGORITHM  # the registry name its checkpoints record
 from labcore.agents.gflownet.core import GFlowNetConfig
 from labcore.envs import hypergrid
 from labcore.training_run import TrainingRun

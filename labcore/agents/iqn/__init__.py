@@ -12,13 +12,14 @@ The experiment (many agents in the Treasurehunt world, in four run modes):
   no JAX: the command line's flags);
 * ``programs``: the compiled JAX programs (the key schedule, one turn, the fused epoch);
 * ``runners``: the four run modes, pytorch, jax_sequential, jax_parallel and jax_fused;
+* ``algorithm``: its record for ``labcore.agents.registry`` (imports no JAX);
 * ``run``: ``train`` (any mode, in a results folder; the fused mode on ``labcore.loop``), the fused
-  mode's ``make_program`` and ``make_train``, checkpoints, ``load_checkpoint``, ``evaluate``;
+  mode's ``make_program`` and ``make_train``, checkpoints, ``load_checkpoint``, ``params``, ``evaluate``;
 * ``timing``: the helpers that time the modes (``benchmarks/iqn_modes.py``);
 * ``torch_reference``: the PyTorch reference agent (``labcore.torch_ref.irainbow``) built from an ``IQNConfig``.
 
 The package itself exports the agent contract of ``labcore.agents`` (``Config`` is ``IQNRunConfig``; ``train``
-runs any mode): ``Config``, ``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
+runs any mode): ``Config``, ``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``params``, ``evaluate``.
 """
 
 from labcore.agents import agent_exports

@@ -55,12 +55,12 @@ from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.agents.iqn.programs import (WorldRun, compile_lowered, fused_epoch, fused_epochs, init_world_runs,
                                          own_buffers, world_keys)
+from labcore.agents.iqn.run_config import NAME as ALGORITHM  # the registry name its checkpoints record
 from labcore.agents.iqn.run_config import IQNRunConfig
 from labcore.agents.iqn.runners import EpochNumbers, make_runner
 from labcore.training_run import TrainingRun
 from labcore.runs import checkpoint_dir
 
-from labcore.agents.iqn.run_config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
 
 # evaluate's default seed: the key schedule of play after training, apart from the training seeds
 EVAL_SEED = 10_000

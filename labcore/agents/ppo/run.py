@@ -29,8 +29,7 @@ import numpy as np
 
 from labcore import evaluation, loop
 from labcore.agents.ppo import core as ppo
-
-from labcore.agents.ppo.config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.ppo.config import NAME as ALGORITHM  # the registry name its checkpoints record
 
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
 

@@ -5,10 +5,11 @@
 * ``core``: the LayerNorm Q-network's training as one jitted ``train(key)`` over vectorised envs,
   gymnax's or ALE's own vector env (``labcore.envs.batched``): epsilon-greedy rollouts, Q(lambda)
   targets, minibatch epochs; vmappable over seeds on gymnax envs;
+* ``algorithm``: its record for ``labcore.agents.registry`` (imports no JAX);
 * ``run``: the driver: results folder, progress bar, checkpoints, exact resume, evaluation.
 
 The package itself exports the agent contract of ``labcore.agents``: ``Config``,
-``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``evaluate``.
+``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``params``, ``evaluate``.
 """
 
 from labcore.agents import agent_exports

@@ -29,8 +29,7 @@ import numpy as np
 
 from labcore import evaluation, loop
 from labcore.agents.pqn import core as pqn
-
-from labcore.agents.pqn.config import NAME as ALGORITHM  # the registry name its checkpoints record (labcore.checkpoint's schema)
+from labcore.agents.pqn.config import NAME as ALGORITHM  # the registry name its checkpoints record
 
 PLOTTED = ("episode_return", "epsilon", "loss", "q_mean")
 
