@@ -318,13 +318,14 @@ def run_side(python: pathlib.Path | str, spec: dict, timeout_s: float) -> dict:
 SCHEDULERS = ("off", "default")
 
 
-# What ``run --labcore-variant`` changes in labcore's PPO, in the labcore side's process only (peers_child.py's
+# What ``run --labcore-variant`` changes in labcore's PPO or PQN, in the labcore side's process only (peers_child.py's
 # changed_labcore), to time one difference from a peer that no config field switches
 LABCORE_VARIANTS = {
-    "element-clip": "each gradient element clipped at max_grad_norm (optax.clip, as Rejax's PPO) instead of the "
-                    "global norm (optax.clip_by_global_norm)",
-    "no-metrics": "no per-update metrics returned (the finished episodes' mean return and length, losses, entropy, "
-                  "KL, clip fraction, invalid-action rate), so that XLA may drop what only computes them",
+    "element-clip": "each gradient element clipped at max_grad_norm (optax.clip, as Rejax's PPO and PQN) instead of "
+                    "the global norm (optax.clip_by_global_norm)",
+    "no-metrics": "no per-update metrics returned (PPO's finished episodes' mean return and length, losses, entropy, "
+                  "KL, clip fraction, invalid-action rate; PQN's mean return, loss, mean Q-value, gradient norm), so "
+                  "that XLA may drop what only computes them",
 }
 
 
@@ -482,7 +483,7 @@ def main(argv: list[str] | None = None) -> None:
     timed.add_argument("--labcore", nargs="+", default=[], metavar="FIELD=VALUE", help="set these fields of labcore's "
                        "config in every pair run (a JSON value: mask_actions=false), to time what a feature costs")
     timed.add_argument("--labcore-variant", nargs="+", default=[], choices=sorted(LABCORE_VARIANTS), help="change "
-                       "labcore's PPO in its process only, to time a difference no field switches: " +
+                       "labcore's PPO or PQN in its process only, to time a difference no field switches: " +
                        "; ".join(f"{name}: {what}" for name, what in LABCORE_VARIANTS.items()))
     timed.add_argument("--scheduler", choices=SCHEDULERS, default="off", help="XLA's CPU scheduler on both sides: the "
                        "concurrency-optimised one off (default), or XLA's default")
@@ -503,8 +504,8 @@ def main(argv: list[str] | None = None) -> None:
     overrides = dict(_field_value(item) for item in args.labcore)
     chosen = [pair.scaled(args.scale) for pair in PAIRS if not args.pairs or pair.name in args.pairs]
     chosen = [dataclasses.replace(pair, labcore={**pair.labcore, **overrides}) for pair in chosen]
-    if args.labcore_variant and any(pair.algorithm != "ppo" for pair in chosen):
-        parser.error("--labcore-variant changes labcore's PPO: choose PPO pairs only (--pairs)")
+    if args.labcore_variant and any(pair.algorithm not in ("ppo", "pqn") for pair in chosen):
+        parser.error("--labcore-variant changes labcore's PPO and PQN: choose their pairs only (--pairs)")
     rows, seconds, dates = run(chosen, args.rounds, args.agents, args.timeout, pathlib.Path(args.out) / SIDES_NAME, args.resume,
                                args.scheduler, tuple(args.labcore_variant))
     from labcore.tools.benchmarking import write_results

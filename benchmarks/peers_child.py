@@ -139,24 +139,24 @@ def compiled_and_timed(train, agents: int, seed: int, inspect: dict | None = Non
 
 
 def changed_labcore(variants: list[str], algorithm: str) -> None:
-    """Change labcore's PPO in this process only, to time what a difference from a peer costs
+    """Change labcore's PPO or PQN in this process only, to time what a difference from a peer costs
     (``peers.py run --labcore-variant``; its LABCORE_VARIANTS says what each does). Nothing here is labcore's own
     behaviour: these are measurements' controls, each the smallest change that removes one difference."""
-    if variants and algorithm != "ppo":
-        raise ValueError(f"--labcore-variant changes labcore's PPO only, not {algorithm!r}")
+    if variants and algorithm not in VARIANT_ALGORITHMS:
+        raise ValueError(f"--labcore-variant changes labcore's PPO and PQN only, not {algorithm!r}")
     for variant in variants:
         if variant == "element-clip":
             import optax
 
-            # labcore's PPO builds optax.chain(optax.clip_by_global_norm(max_grad_norm), adam): with this, each
-            # gradient element is clipped at max_grad_norm instead, as Rejax's PPO does (optax.clip)
+            # labcore's PPO and PQN build optax.chain(optax.clip_by_global_norm(max_grad_norm), ...): with this,
+            # each gradient element is clipped at max_grad_norm instead, as Rejax's PPO and PQN do (optax.clip)
             optax.clip_by_global_norm = optax.clip
         elif variant == "no-metrics":
             import jax
 
             from labcore import logged_scan
 
-            # PPO's run(state, n) is logged_scan.scan_updates(update, ...); this one keeps the state and drops
+            # PPO's and PQN's run(state, n) is logged_scan.scan_updates(update, ...); this one keeps the state and drops
             # each update's metrics, so that XLA removes whatever only computes them
             def without_metrics(update, state, num_updates, **_):
                 state, _ = jax.lax.scan(lambda carry, _: (update(carry)[0], None), state, None, length=num_updates)
@@ -165,6 +165,9 @@ def changed_labcore(variants: list[str], algorithm: str) -> None:
             logged_scan.scan_updates = without_metrics
         else:
             raise ValueError(f"unknown labcore variant {variant!r}")
+
+
+VARIANT_ALGORITHMS = ("ppo", "pqn")  # whose programs the variants change
 
 
 def run_labcore(spec: dict) -> dict:

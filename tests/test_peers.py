@@ -102,8 +102,8 @@ def test_a_labcore_variant_changes_labcores_ppo_in_its_own_process_only(tmp_path
     assert peers.spec_of(pair, "labcore", 1, variants=("element-clip",))["labcore_variants"] == ["element-clip"]
     assert "labcore_variants" not in peers.spec_of(pair, "rejax", 1, variants=("element-clip",))  # the peer as it is
     assert "labcore_variants" not in peers.spec_of(pair, "labcore", 1)  # a run recorded before the option: same key
-    with pytest.raises(SystemExit):  # PQN is not what the variants change
-        peers.main(["run", "--pairs", "pqn-cartpole-rejax", "--labcore-variant", "no-metrics", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):  # DQN is not what the variants change
+        peers.main(["run", "--pairs", "dqn-cartpole-rejax", "--labcore-variant", "no-metrics", "--out", str(tmp_path)])
     # In a process of its own, as a side runs: the clipping is per element and the program returns no metrics
     code = (
         "import importlib.util, sys, jax, optax\n"
@@ -114,8 +114,8 @@ def test_a_labcore_variant_changes_labcores_ppo_in_its_own_process_only(tmp_path
         "assert optax.clip_by_global_norm is optax.clip\n"
         "state, metrics = jax.jit(core.make_ppo(core.PPOConfig.smallest()).train)(jax.random.key(0))\n"
         "assert metrics == {} and int(state.update_step) == core.PPOConfig.smallest().num_updates\n"
-        "try:\n    child.changed_labcore(['no-metrics'], 'pqn')\nexcept ValueError as error:\n    print('refused:', error)\n"
+        "try:\n    child.changed_labcore(['no-metrics'], 'dqn-scan')\nexcept ValueError as error:\n    print('refused:', error)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "refused: --labcore-variant changes labcore's PPO only, not 'pqn'" in done.stdout
+    assert "refused: --labcore-variant changes labcore's PPO and PQN only, not 'dqn-scan'" in done.stdout
