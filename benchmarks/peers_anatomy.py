@@ -3,6 +3,7 @@ it runs per env step, its round trips to Python, and the costliest ops of a prof
 
     python benchmarks/peers_anatomy.py ppo-cartpole-rejax               # the pair's budget, one agent
     python benchmarks/peers_anatomy.py pqn-cartpole-rejax --scale 0.2 --top 15
+    python benchmarks/peers_anatomy.py pqn-cartpole-rejax --agents 16 --scheduler default   # 16 vmapped agents
 
 peers.py says which side is faster; this says why. Each side of the pair runs in a process of its own, in
 its own environment (peers.py's), trains once timed (one run, not rounds: the speed comparison is
@@ -43,9 +44,10 @@ import peers  # noqa: E402  (benchmarks/ is not a package)
 CALLBACK_TARGET = re.compile(r'custom_call_target="\w*python_(cpu|gpu)_callback"')
 
 
-def inspect_side(pair: peers.Pair, side: str, python: str, folder: pathlib.Path, timeout_s: float) -> dict:
+def inspect_side(pair: peers.Pair, side: str, python: str, folder: pathlib.Path, timeout_s: float, agents: int = 1,
+                 scheduler: str = "off") -> dict:
     """Train one side once timed, once profiled; its result line, the HLO text and the trace folder."""
-    spec = peers.spec_of(pair, side, agents=1)
+    spec = peers.spec_of(pair, side, agents=agents, scheduler=scheduler)
     spec["inspect"] = {"hlo": str(folder / f"{side}.hlo"), "trace": str(folder / f"{side}-trace")}
     result = peers.run_side(python, spec, timeout_s)
     return {"result": result, "hlo": (folder / f"{side}.hlo").read_text(), "trace": folder / f"{side}-trace"}
@@ -86,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pairs", nargs="+", choices=jitted)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every step count")
+    parser.add_argument("--agents", type=int, default=1, help="vmapped agents on each side")
+    parser.add_argument("--scheduler", choices=peers.SCHEDULERS, default="off", help="XLA's CPU scheduler (peers.py's)")
     parser.add_argument("--top", type=int, default=12, help="rows of each costliest-ops table")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one side may take")
     parser.add_argument("--out", default=str(HERE / "results"), help="folder for peers_anatomy.json")
@@ -98,9 +102,9 @@ def main(argv: list[str] | None = None) -> None:
         folder = pathlib.Path(tempfile.mkdtemp(prefix="peers-anatomy-"))
         try:
             for side in ("labcore", pair.peer):
-                seen = inspect_side(pair, side, pythons[side], folder, args.timeout)
+                seen = inspect_side(pair, side, pythons[side], folder, args.timeout, args.agents, args.scheduler)
                 result = seen["result"]
-                row = {"pair": pair.name, "side": side, "steps": result["steps"], "run s": round(result["run_s"], 3),
+                row = {"pair": pair.name, "side": side, "agents": args.agents, "steps": result["steps"], "run s": round(result["run_s"], 3),
                        "steps/s": round(result["steps_per_s"]), **anatomy(seen["hlo"], seen["trace"], result["steps"], args.top)}
                 rows.append(row)
                 print(f"\n## {pair.name}: {side}, {row['steps/s']:,} env steps/s, {row['kernels per env step']} kernels per "
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
                   columns=["pair", "side", "steps/s", "kernels per env step", "host callbacks", "op ms", "ops busy ms",
                            "profiled ms"],
                   extra={"command": " ".join(["python benchmarks/peers_anatomy.py", *(argv if argv is not None else sys.argv[1:])]),
-                         "scale": args.scale})
+                         "scale": args.scale, "agents": args.agents, "xla_scheduler": args.scheduler})
 
 
 if __name__ == "__main__":
