@@ -72,7 +72,8 @@ from labcore import ray_cluster, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.config import ACTOR_LEARNER
 from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (ALGORITHM, load_checkpoint, params, evaluate: this driver's)
-    ALGORITHM, Counters as _Counters, evaluate, load_checkpoint, params, restore as _restore, save as _save)
+    ALGORITHM, Counters as _Counters, evaluate, learner_state, load_checkpoint, params, restore as _restore,
+    save as _save)
 from labcore.training_run import TrainingRun
 
 ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works
@@ -488,7 +489,6 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
         evaluation = {"eval_returns": [float(score) for score in eval_returns],
                       "eval_return_mean": float(eval_returns.mean())}
     # updates and timesteps (transitions received) in all, a resumed run's earlier ones included
-    learner = {"train_state": jax.device_get(state), "replay": buffer, "key": key}  # as a checkpoint holds it
-    return host.finish(learner, updates=updates, steps=received,
+    return host.finish(learner_state(jax.device_get(state), buffer, key), updates=updates, steps=received,
                        compile_s=(first_data or started) - started, run_s=acting_seconds, extra=own,
                        evaluation=evaluation)

@@ -37,14 +37,19 @@ class Counters(NamedTuple):
     restarts: list[int]  # per actor rank
 
 
+def learner_state(train_state: dqn.TrainState, replay: Any, key: jax.Array) -> dict[str, Any]:
+    """The learner's state as a checkpoint holds it, and as ``train`` and ``load_checkpoint`` return it."""
+    return {"train_state": train_state, "replay": replay, "key": key}
+
+
 def save(directory: str | os.PathLike, updates: int, state: dqn.TrainState, buffer: Any, key: jax.Array,
          config: dqn.DQNConfig, counters: Counters) -> None:
     """Checkpoint update ``updates``: the train state, the replay buffer and the key (typed), the
     counters in the metadata."""
     from labcore import checkpoint
 
-    checkpoint.save_run(directory, updates, {"train_state": state, "replay": buffer, "key": key}, algorithm=ALGORITHM,
-                        driver=DRIVER, config=config, **counters._asdict())
+    checkpoint.save_run(directory, updates, learner_state(state, buffer, key), algorithm=ALGORITHM, driver=DRIVER,
+                        config=config, **counters._asdict())
 
 
 def restore(run: runs.RunDir, state: dqn.TrainState, buffer: Any) -> tuple[dqn.TrainState, Any, jax.Array, Counters]:
@@ -53,7 +58,7 @@ def restore(run: runs.RunDir, state: dqn.TrainState, buffer: Any) -> tuple[dqn.T
     (``labcore.checkpoint.WrongCheckpoint``) before its arrays are read."""
     from labcore import checkpoint
 
-    like = {"train_state": state, "replay": buffer, "key": jax.random.key(0)}  # a typed key restores as one
+    like = learner_state(state, buffer, jax.random.key(0))  # a typed key restores as one
     restored, metadata = run.restore(checkpoint.expecting(ALGORITHM, run.path, like)).restored
     counters = Counters(**{name: metadata[name] for name in Counters._fields})
     return restored["train_state"], restored["replay"], restored["key"], counters
@@ -68,9 +73,8 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
 
     directory, _, config = checkpoint.open_run(path, ALGORITHM, dqn.DQNConfig, step)
     agent = make_dqn_for(config)  # the learner's DQN: the shapes its state was saved in
-    like = {"train_state": agent.init(jax.random.key(0)),
-            "replay": jax.eval_shape(lambda: replay.init(agent.example, config.buffer_size)),
-            "key": jax.random.key(0)}
+    like = learner_state(agent.init(jax.random.key(0)),
+                         jax.eval_shape(lambda: replay.init(agent.example, config.buffer_size)), jax.random.key(0))
     state, _ = checkpoint.restore(directory, like, step)
     return config, state
 

@@ -54,6 +54,7 @@ from jax.sharding import PartitionSpec as P
 from labcore import checkpoint, distributed, loop, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
+from labcore.agents.dqn.scan import evaluate  # noqa: F401 (this driver's: the jitted DQN's, the same network)
 from labcore.agents.dqn.config import DATA_PARALLEL
 from labcore.agents.dqn.config import DATA_PARALLEL_NAME as ALGORITHM  # the registry name its checkpoints record
 
@@ -197,7 +198,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
             raise AssertionError(f"process {jax.process_index()}: its {len(copies)} replicas hold different parameters")
         return {"params_fingerprint": distributed.assert_same_on_every_process(copies[0])}
 
-    def evaluate(state: Any, seed: int) -> dict[str, Any]:
+    def evaluate_state(state: Any, seed: int) -> dict[str, Any]:
         return dqn_scan.evaluation(config, parts.evaluate, first_replica(state.train_state.params), seed)
 
     return loop.Program(
@@ -210,7 +211,7 @@ def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1, *,
         name=f"Data-parallel DQN on {config.env_id}, {replicas} replicas",
         plotted=PLOTTED,
         shown={"ret": "episode_return", "eps": "epsilon"},
-        evaluate=evaluate,
+        evaluate=evaluate_state,
         summarize=lambda rows: {"devices": num_devices, "processes": jax.process_count(), "replicas": replicas},
         streams_metrics=False,
         check=check,
@@ -235,11 +236,6 @@ def params(carry: Any) -> Any:
     ``train`` returns (leaves [devices, replicas_per_device, ...]; every replica holds the same)."""
     learned = carry.train_state.params
     return learned if carry.step.ndim == 0 else first_replica(learned)
-
-
-def evaluate(config: dqn.DQNConfig, params: Any, seed: int = 0) -> dict[str, Any]:
-    """The jitted DQN's evaluation on gymnax envs (``labcore.agents.dqn.scan.evaluate``): the same network."""
-    return dqn_scan.evaluate(config, params, seed)
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, Any]:
