@@ -37,6 +37,7 @@ import numpy as np
 from labcore import devices, envs
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import host_loop as dqn_loop
+from labcore.agents.dqn import host_parts
 from labcore.tools.benchmarking import time_call, write_results
 
 
@@ -52,8 +53,8 @@ def labcore_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
 
 def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
     """The per-step host loop described in the module docstring; steps/s after the fill and a warm-up."""
-    obs_shape, obs_dtype, num_actions = dqn_loop.env_spec(config)
-    network = dqn_loop.make_agent(config).network
+    obs_shape, obs_dtype, num_actions = host_parts.env_spec(config)
+    network = host_parts.make_agent(config).network
     optimizer = dqn.make_optimizer(config)
     state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), jax.random.key(0))
     update = jax.jit(dqn.make_update(config, network, optimizer), donate_argnums=0)
@@ -66,7 +67,7 @@ def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
         "reward": np.zeros(capacity, np.float32),
         "terminated": np.zeros(capacity, bool),
     }
-    env = envs.make_vector_env(config.env_id, 1, seed=0, **dqn_loop._atari_kwargs(config))
+    env = envs.make_vector_env(config.env_id, 1, seed=0, **host_parts.atari_kwargs(config))
     obs, _ = env.reset(seed=[0])
     rng, np_rng, position, size = random.Random(0), np.random.default_rng(0), 0, 0
     warmup = steps // 4
@@ -82,7 +83,7 @@ def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
         else:
             action = np.asarray(greedy(state.params, obs))
         next_obs, reward, terminated, truncated, info = env.step(action)
-        real_next = dqn_loop._final_observations(next_obs, terminated | truncated, info)
+        real_next = envs.final_observations(next_obs, terminated | truncated, info)
         for key, value in (("obs", obs[0]), ("next_obs", real_next[0]), ("action", action[0]),
                            ("reward", reward[0]), ("terminated", terminated[0])):
             buffer[key][position] = value
@@ -99,8 +100,8 @@ def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
 
 def update_seconds(config: dqn.DQNConfig) -> float:
     """Median seconds of one jitted update on a fixed random batch."""
-    obs_shape, obs_dtype, num_actions = dqn_loop.env_spec(config)
-    network = dqn_loop.make_agent(config).network
+    obs_shape, obs_dtype, num_actions = host_parts.env_spec(config)
+    network = host_parts.make_agent(config).network
     optimizer = dqn.make_optimizer(config)
     state = dqn.init_train_state(config, network, optimizer, jnp.zeros(obs_shape, obs_dtype), jax.random.key(0))
     rng = np.random.default_rng(0)

@@ -21,8 +21,9 @@ bound, in the style of flashbax's buffers, so a training loop is written once fo
     if buffer.can_sample(state): batch = buffer.sample(state, key)
 
 (``labcore.agents.dqn.frame_replay.frame_buffer`` stores each Atari frame once behind the same
-four functions. The IQN port keeps its own ``labcore.agents.iqn.frame_buffer``: it reproduces the
-original agent's buffer, quirks included, for the parity tests.)
+four functions. Every DQN driver replays through one of the two, the agent's ``buffer``
+(``labcore.agents.dqn.agent.make_dqn``). The IQN port keeps its own ``labcore.agents.iqn.frame_buffer``:
+it reproduces the original agent's buffer, quirks included, for the parity tests.)
 """
 
 from __future__ import annotations

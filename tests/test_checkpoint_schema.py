@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 
 import labcore
-from labcore import checkpoint, replay, run_restore, runs
+from labcore import checkpoint, run_restore, runs
 from labcore.__main__ import main as cli
 from labcore.agents import registry
 from labcore.agents.dqn import host_loop, learner_checkpoints, multi_process
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.agents.dqn.agent import make_dqn_for
-from labcore.agents.gflownet import run as gflownet_run
 from labcore.agents.iqn import run as iqn_run
 from labcore.agents.ppo import run as ppo_run
 from labcore.agents.pqn import run as pqn_run
@@ -41,33 +40,29 @@ def save_as_the_learner_does(config, directory: Path, updates: int = 30) -> None
     counters = learner_checkpoints.Counters(received=800, updates=updates, lost=0, seconds=1.5, credit=0.25,
                                             by_node={"node": 800}, restarts=[0])
     learner_checkpoints.save(directory, updates, agent.init(jax.random.key(1)),
-                             replay.init(agent.example, config.buffer_size), jax.random.key(2), config, counters)
+                             agent.buffer.init(agent.example), jax.random.key(2), config, counters)
 
 
-# How each kind writes its tiny run's folder: the driver itself, as the command line calls it.
-TRAIN = {
-    "ppo": lambda config, path: ppo_run.train(config, path, checkpoint_every=2, progress=False, evaluate=False),
-    "pqn": lambda config, path: pqn_run.train(config, path, checkpoint_every=2, progress=False, evaluate=False),
-    "dqn-scan": lambda config, path: dqn_scan.train(config, path, checkpoint_every=60, progress=False, evaluate=False),
-    "dqn-host": lambda config, path: host_loop.train(config, path, checkpoint_every=60, progress=False, evaluate=False),
-    "dqn-data-parallel": lambda config, path: multi_process.train(config, path, checkpoint_every=60, progress=False,
-                                                                  evaluate=False),
-    "dqn-actor-learner": lambda config, path: save_as_the_learner_does(config, path / "checkpoints"),
-    "gflownet": lambda config, path: gflownet_run.train(config, path, checkpoint_every=2, progress=False, evaluate=False),
-    "iqn": lambda config, path: iqn_run.train(config, path, checkpoint_every=2, progress=False, evaluate=False),
-    "iqn-host": lambda config, path: iqn_run.train(config, path, progress=False, evaluate=False),
-}
-KINDS = tuple(TRAIN)
+def train_smallest(kind: str, config, path: Path) -> None:
+    """A tiny run of ``kind`` into ``path``: its driver, through its record, with the record's smallest run's
+    checkpoints. The actor-learner's learner writes its checkpoint without Ray (its Ray run is tested below);
+    IQN's host mode runs to its end in one call, one checkpoint."""
+    if kind == "dqn-actor-learner":
+        save_as_the_learner_does(config, path / "checkpoints")
+    elif kind == "iqn-host":
+        registry.get("iqn").train(config, path, progress=False, evaluate=False)
+    else:
+        checkpoint_every = registry.get(kind).smallest_run["checkpoint_every"]
+        registry.get(kind).train(config, path, checkpoint_every=checkpoint_every, progress=False, evaluate=False)
+
+
+KINDS = (*registry.NAMES, "iqn-host")
 ALGORITHM = {kind: "iqn" if kind == "iqn-host" else kind for kind in KINDS}
 DRIVER = {"dqn-host": "labcore.agents.dqn.host_loop", "dqn-actor-learner": "labcore.agents.dqn.actor_learner",
           "iqn-host": "labcore.agents.iqn.run"}  # the others write through labcore.loop
 # Each loader, by the algorithm it loads (IQN has two: the contract's, and the parameters' with a config check).
-LOADERS = {
-    "ppo": ppo_run.load_checkpoint, "pqn": pqn_run.load_checkpoint, "dqn-scan": dqn_scan.load_checkpoint,
-    "dqn-host": host_loop.load_checkpoint, "dqn-data-parallel": multi_process.load_checkpoint,
-    "dqn-actor-learner": learner_checkpoints.load_checkpoint, "gflownet": gflownet_run.load_checkpoint,
-    "iqn": iqn_run.load_checkpoint, "iqn-params": lambda path, step=None: iqn_run.load_params(path, step=step),
-}
+LOADERS = {name: registry.get(name).load_checkpoint for name in registry.NAMES} | {
+    "iqn-params": lambda path, step=None: iqn_run.load_params(path, step=step)}
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +73,7 @@ def folder(tmp_path_factory):
     def make(kind: str) -> tuple:
         if kind not in made:
             config, path = tiny_config(kind), tmp_path_factory.mktemp(kind)
-            TRAIN[kind](config, path)
+            train_smallest(kind, config, path)
             made[kind] = config, path
         return made[kind]
 
@@ -295,7 +290,7 @@ def test_the_host_drivers_refuse_a_resume_into_another_algorithms_folder_before_
         run = runs.RunDir.open(path, config, step_key="update", resume=True)
         agent = make_dqn_for(config)
         with pytest.raises(WrongCheckpoint) as refused:
-            learner_checkpoints.restore(run, agent.init(jax.random.key(0)), replay.init(agent.example, config.buffer_size))
+            learner_checkpoints.restore(run, agent.init(jax.random.key(0)), agent.buffer.init(agent.example))
         assert_refused_in_one_line(refused, "dqn-host", "dqn-actor-learner", path)
         assert_untouched(path, steps)
     finally:  # this process held the folders it opened to resume

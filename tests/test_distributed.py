@@ -207,10 +207,13 @@ def test_eight_replicas_on_one_device_run_as_on_eight_devices(tmp_path):
     (spread,), (vmapped,) = summaries(mesh), summaries(one_device)
     assert (spread["devices"], spread["replicas"], vmapped["devices"], vmapped["replicas"]) == (8, 8, 1, 8)
     assert spread["timesteps"] == vmapped["timesteps"] == 8 * 1500 and spread["updates"] == vmapped["updates"] == 150
-    (_, a), (_, b) = (multi_process.load_checkpoint(tmp_path / name) for name in ("devices", "vmapped"))
+    (_, spread_carry), (_, vmapped_carry) = (multi_process.load_checkpoint(tmp_path / name)
+                                             for name in ("devices", "vmapped"))
+    assert spread_carry.step.shape == (8, 1) and vmapped_carry.step.shape == (1, 8)  # [devices, replicas_per_device]
+    a, b = (multi_process.first_replica(carry) for carry in (spread_carry, vmapped_carry))
     difference = max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
-                     for x, y in zip(jax.tree_util.tree_leaves(a.train_state.params),
-                                     jax.tree_util.tree_leaves(b.train_state.params)))
+                     for x, y in zip(jax.tree_util.tree_leaves(multi_process.params(spread_carry)),
+                                     jax.tree_util.tree_leaves(multi_process.params(vmapped_carry))))
     print(f"largest difference in the final parameters: {difference:.2e}")
     assert 0.0 <= difference <= 1e-5
     assert int(a.train_state.update_count) == int(b.train_state.update_count) == 50

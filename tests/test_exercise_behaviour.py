@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from labcore.course import exercises
-from labcore.course.exercises import behaviour, nb10_debugging
+from labcore.course.exercises import behaviour
+from labcore.course.lessons.nb10_debugging import exercises as nb10_debugging
 
 JUDGED = [name for name in exercises.names() if exercises.get(name).judge is not None]
 

@@ -6,13 +6,15 @@ write. The catalogue-wide tests run every pair; the notebook sections' tests aft
 one exercise's catalogue entry must catch.
 """
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from labcore.course import exercises, primitives
-from labcore.course.exercises import nb10_debugging
+from labcore.course.lessons.nb10_debugging import exercises as nb10_debugging
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,12 +436,36 @@ def test_each_notebook_module_holds_that_notebooks_exercises():
     notebook_numbered = {notebook[:2]: notebook for notebook in checked}
     by_module = {}
     for module in exercises.NOTEBOOK_MODULES:
-        number, topic = module.__name__.rsplit(".", 1)[1].removeprefix("nb").split("_", 1)
+        number = module.__name__.split(".")[-2].removeprefix("nb")[:2]
         notebook = notebook_numbered[number]
-        assert notebook.startswith(f"{number}_{topic}"), f"{module.__name__} is not named after {notebook}"
+        assert module.__name__.split(".")[-2] == f"nb{notebook}", f"{module.__name__} is not named after {notebook}"
         by_module[notebook] = [exercise.name for exercise in module.catalogue()]
     assert list(by_module) == list(checked)
     assert by_module == checked
+
+
+def test_every_notebook_has_its_lesson_folder_and_every_folder_its_notebook():
+    from labcore.course import lessons
+
+    notebooks = sorted(path.stem for path in (Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
+    assert lessons.names() == [f"nb{notebook}" for notebook in notebooks]
+    for lesson in lessons.names():  # each with its exercises and its quiz, found without a list
+        assert lessons.part(lesson, "exercises").catalogue() and lessons.part(lesson, "quiz").QUIZ.lesson == lesson[2:4]
+    assert lessons.part("nb00_jax_primitives", "helpers") is None  # a part a folder does not have
+
+
+@pytest.mark.parametrize("first", ["labcore.course.lessons.nb08_accelerators.exercises",
+                                   "labcore.course.lessons.nb07_masked_ppo.ppo_loss_checks",
+                                   "labcore.course.lessons.nb12_pqn.quiz"])
+def test_a_lesson_module_imported_before_the_rest_of_the_course_finds_the_framework_whole(first):
+    import subprocess
+    import sys
+
+    script = (f"import importlib; importlib.import_module({first!r})\n"
+              "from labcore.course import exercises\n"
+              "assert len(exercises.names()) == len(set(exercises.names())) > 50, exercises.names()\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))

@@ -13,7 +13,7 @@ from labcore import replay
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import scan as dqn_scan
 from labcore.course import exercises
-from labcore.course.exercises import nb03_jit_scan_vmap as nb03
+from labcore.course.lessons.nb03_jit_scan_vmap import exercises as nb03
 
 
 def test_the_scan_step_reference_reproduces_labcores_jitted_dqn():

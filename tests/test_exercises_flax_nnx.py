@@ -20,7 +20,7 @@ import pytest
 from flax import nnx
 
 from labcore.course import exercises
-from labcore.course.exercises import nb02_flax_nnx
+from labcore.course.lessons.nb02_flax_nnx import exercises as nb02_flax_nnx
 
 NAMES = ["torch_to_nnx", "nnx_dqn_train_step", "nnx_scan_fit", "noisy_linear_nnx"]
 

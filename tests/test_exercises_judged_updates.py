@@ -18,7 +18,8 @@ import optax
 import pytest
 
 from labcore.course import exercises
-from labcore.course.exercises import nb02_flax_nnx, ppo_epoch_checks
+from labcore.course.lessons.nb02_flax_nnx import exercises as nb02_flax_nnx
+from labcore.course.lessons.nb07_masked_ppo import ppo_epoch_checks
 
 
 def passes(name: str, answer, capsys, seed: int = 0) -> None:

@@ -292,6 +292,10 @@ def test_a_host_trainer_writes_the_shared_summary_and_about_a_hundred_rows(tmp_p
                                     "eval_samples", "eval_l1"]
     assert (result.summary["env"], result.summary["trajectories"], result.summary["updates"]) == ("HyperGrid 2x4", 1600, 200)
     assert json.loads((tmp_path / "summary.json").read_text()) == result.summary and (tmp_path / "metrics.png").is_file()
+    # its state is a TrainState, as the all-JAX trainer's: the parameters params() reads, the iterations done
+    assert int(result.state.iteration) == 200 and result.state.opt_state is None
+    assert gflownet_agent.evaluate(config, gflownet_agent.params(result.state), config.seed + 1) == {
+        key: result.summary[key] for key in ("eval_samples", "eval_l1")}
 
 
 def test_jax_sampler_makes_valid_trajectories():

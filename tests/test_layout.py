@@ -78,7 +78,7 @@ LOWER_THAN_AGENTS = (
 )
 # the algorithms' folders, as the registry lists them (several of its algorithms may share one: DQN's drivers)
 ALGORITHMS = tuple(sorted({algorithm.config_class.__module__.split(".")[2] for algorithm in registry.ALGORITHMS}))
-EXERCISES = "labcore.course.exercises"
+EXERCISES = ("labcore.course.exercises", "labcore.course.lessons")  # the checking framework and the lessons' folders
 # what every algorithm's folder may import from labcore.agents: the package and the contract its record is written in
 SHARED_BY_AGENTS = ("labcore.agents", "labcore.agents.contract")
 
@@ -96,7 +96,8 @@ def layering_violations(imports_of: dict[str, set[str]]) -> list[str]:
         for name in sorted(imported):
             if layer(name) > layer(importer):
                 problems.append(f"{importer} -> {name} ({names[layer(importer)]} imports {names[layer(name)]})")
-            if within(name, EXERCISES) and not (within(importer, EXERCISES) or importer == "labcore.__main__"):
+            if any(within(name, top) for top in EXERCISES) and not (
+                    any(within(importer, top) for top in EXERCISES) or importer == "labcore.__main__"):
                 problems.append(f"{importer} -> {name} (only the command line imports the exercises)")
             if any(within(importer, low) for low in LOWER_THAN_AGENTS) and within(name, "labcore.agents"):
                 problems.append(f"{importer} -> {name} (a shared building block imports an algorithm)")
@@ -131,6 +132,7 @@ def test_no_lower_module_imports_a_higher_one():
         ("labcore.agents.dqn.scan", "labcore.course.curves"),
         ("labcore.tools.doctor", "labcore.course.source"),
         ("labcore.course.curves", "labcore.course.exercises"),
+        ("labcore.course.source", "labcore.course.lessons.nb01_haiku_dqn.exercises"),
         ("labcore.tools.benchmarking", "labcore.agents.dqn.core"),
     ],
 )

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import NOTEBOOKS_DIR, REPO_ROOT
 from labcore.course import exercises
-from labcore.course.exercises import nb10_debugging
+from labcore.course.lessons.nb10_debugging import exercises as nb10_debugging
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 SETUP_CELL = (REPO_ROOT / "colab" / "setup_cell.py").read_text().strip()

@@ -1,7 +1,7 @@
 """The quizzes that end each lesson: every lesson has one, every answer is explained, checking works.
 
 ``labcore.course.exercises.quizzing`` shows a lesson's questions and checks a learner's answers; the
-questions live in ``labcore.course.exercises.quizzes``. A right answer must pass, each wrong one must fail with
+questions live in each lesson's folder, ``labcore.course.lessons.nbNN_<topic>.quiz``. A right answer must pass, each wrong one must fail with
 its own explanation (and not give the right answer away), and every notebook must end by showing
 its quiz and checking the learner's answers.
 """

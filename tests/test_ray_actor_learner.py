@@ -16,7 +16,7 @@ import pytest
 from conftest import descendants
 
 from labcore import ray_cluster
-from labcore.agents.dqn import actor_learner
+from labcore.agents.dqn import actor_learner, actor_pool
 from labcore.agents.dqn import core as dqn
 
 # Several busy processes at once, with timeouts that assume the cores are theirs: `make test` runs
@@ -148,8 +148,10 @@ def test_learning_improves_on_a_two_node_cluster(two_node_run):
                                  "final_episode_return"]
     last = result.metrics[-1]
     assert summary["updates"] == last["update"] and summary["timesteps"] >= last["timesteps"]
-    assert np.isfinite(summary["eval_returns"]).all() and len(summary["eval_returns"]) == 20
-    assert summary["eval_return_mean"] == pytest.approx(np.mean(summary["eval_returns"]))
+    # the evaluation the record's evaluate (and `eval dqn-actor-learner`) makes of the final parameters
+    assert {key: summary[key] for key in ("eval_episodes", "eval_epsilon")} == {"eval_episodes": 20, "eval_epsilon": 0.05}
+    assert {key: summary[key] for key in summary if key.startswith("eval_")} == actor_learner.evaluate(
+        result.config, actor_learner.params(result.state), result.config.seed)
     assert summary["steps_per_second"] > 0 and summary["learner_updates_per_second"] > 0  # all actors together
     assert summary["mean_staleness"] > 0  # actors always act with parameters some updates old
 
@@ -233,18 +235,18 @@ def test_the_learner_takes_every_rollout_that_is_back_oldest_first():
         ready = [ref for ref in reversed(pending) if ref in back]
         return ready[:num_returns], [ref for ref in pending if ref not in ready[:num_returns]]
 
-    assert actor_learner.every_ready(["a0", "b0", "c0", "a1", "b1"], newest_first) == back
-    assert actor_learner.every_ready(["c0"], newest_first) == [] and actor_learner.every_ready([], newest_first) == []
+    assert actor_pool.every_ready(["a0", "b0", "c0", "a1", "b1"], newest_first) == back
+    assert actor_pool.every_ready(["c0"], newest_first) == [] and actor_pool.every_ready([], newest_first) == []
 
 
 def test_ape_x_gives_each_actor_the_papers_rate():
     """Horgan et al. (2018), section 4.1: 0.4 ** (1 + 7 i / (N - 1)), 0.4 for the first actor and 0.4 ** 8 for
     the last, falling in between; a lone actor explores at 0.4 (the formula would divide by zero)."""
-    rates = [actor_learner.ape_x_epsilon(i, 8) for i in range(8)]
+    rates = [actor_pool.ape_x_epsilon(i, 8) for i in range(8)]
     np.testing.assert_allclose([rates[0], rates[-1]], [0.4, 0.4**8])
     np.testing.assert_allclose(rates[3], 0.4 ** (1 + 7 * 3 / 7))
     assert all(a > b for a, b in zip(rates, rates[1:]))
-    assert actor_learner.ape_x_epsilon(0, 1) == 0.4
+    assert actor_pool.ape_x_epsilon(0, 1) == 0.4
 
 
 @pytest.mark.end_to_end
@@ -338,14 +340,18 @@ def test_actors_that_cannot_be_placed_are_reported_not_waited_for(cluster):
 
 
 def test_bad_settings_and_addresses_fail_before_any_actor_starts(cluster):
-    with pytest.raises(ValueError, match="num_actors must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="ActorLearnerSettings.num_actors must be an integer >= 1, got 0"):
         actor_learner.train(config(), num_actors=0, address=cluster, progress=False)
-    with pytest.raises(ValueError, match="cpus_per_actor must be > 0"):
+    with pytest.raises(ValueError, match="ActorLearnerSettings.cpus_per_actor must be a finite number > 0, got 0"):
         actor_learner.train(config(), cpus_per_actor=0, address=cluster, progress=False)
     with pytest.raises(ValueError, match="checkpoint_every needs a run_dir"):
         actor_learner.train(config(), checkpoint_every=100, address=cluster, progress=False)
-    with pytest.raises(ValueError, match=r"exploration must be one of \('linear', 'ape_x'\), got 'greedy'"):
+    with pytest.raises(ValueError, match=r"ActorLearnerSettings.exploration must be one of \('linear', 'ape_x'\), got 'greedy'"):
         actor_learner.train(config(), exploration="greedy", address=cluster, progress=False)
+    with pytest.raises(ValueError, match="ActorLearnerSettings.actor_deadline_s must be a finite number > 0, got -1"):
+        actor_learner.train(config(), actor_deadline_s=-1, address=cluster, progress=False)
+    with pytest.raises(ValueError, match="log_every must be >= 1, got 0"):
+        actor_learner.train(config(), log_every=0, address=cluster, progress=False)
     with pytest.raises(ValueError, match=r"address: this process is connected to the Ray cluster at .*127.0.0.1:1"):
         actor_learner.train(config(), address="127.0.0.1:1", progress=False)  # another cluster than the one this process joined
     command = [sys.executable, "-m", "labcore", "train", "dqn-actor-learner", "--address", "127.0.0.1:1"]

@@ -20,17 +20,14 @@ from labcore.agents import registry
 
 def tiny_config(name: str):
     """The smallest config of ``name`` that trains and evaluates (its config's ``smallest`` preset): seconds here,
-    four updates or more (two checkpoints at ``CHECKPOINT_EVERY``)."""
+    four updates or more (two checkpoints or more at its record's ``smallest_run``)."""
     return getattr(registry.get(name).config_class, registry.SMALLEST)()
 
 
-# Updates between checkpoints where half of the smallest run is not 2 updates (two checkpoints), and the
-# settings an algorithm's smallest run needs besides its config.
-CHECKPOINT_EVERY = {"dqn-scan": 60, "dqn-host": 60, "dqn-data-parallel": 60, "dqn-actor-learner": 60,
-                    "iqn": 3}  # DQN: 1,200 steps / train_frequency 10; IQN: 6 epochs
-SETTINGS = {"dqn-actor-learner": dict(num_actors=1, envs_per_actor=4, rollout_steps=8)}
-# An asynchronous run is not repeatable (which actor's rollout arrives first is the OS's choice).
-NOT_REPEATABLE = {"dqn-actor-learner"}
+def smallest_run(name: str) -> tuple[int, dict]:
+    """(checkpoint_every, the settings beyond it) of ``name``'s smallest run, as its record says."""
+    options = dict(registry.get(name).smallest_run)
+    return options.pop("checkpoint_every"), options
 
 
 @pytest.mark.parametrize("name", registry.NAMES)
@@ -90,8 +87,8 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
     """The whole contract of registry algorithm ``name``, from its smallest config, in Python and on the command line."""
     algorithm = registry.get(name)
     config = tiny_config(name)
-    checkpoint_every = CHECKPOINT_EVERY.get(name, 2)
-    options = dict(checkpoint_every=checkpoint_every, progress=False, **SETTINGS.get(name, {}))
+    checkpoint_every, settings = smallest_run(name)
+    options = dict(checkpoint_every=checkpoint_every, progress=False, **settings)
 
     # Python: a run folder holding what the registry says, a resume after an interruption, a load, an evaluation
     run = tmp_path / "python"
@@ -104,7 +101,7 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
     loaded_config, state = algorithm.load_checkpoint(run)
     assert loaded_config == config
     params = algorithm.params(state)
-    if name not in NOT_REPEATABLE:  # the resumed run ends where the uninterrupted one did, bit for bit
+    if algorithm.repeatable:  # the resumed run ends where the uninterrupted one did, bit for bit
         assert same_leaves(algorithm.params(first.state), params)
     report = algorithm.evaluate(loaded_config, params, seed=0)
     assert a_report_of_numbers(report), report
@@ -112,9 +109,9 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
 
     # The command line, from the saved config.json: the same run, resumed, then evaluated
     command_run = tmp_path / "command-line"
-    settings = [flag for key, value in SETTINGS.get(name, {}).items() for flag in (f"--{key.replace('_', '-')}", str(value))]
+    flags = [flag for key, value in settings.items() for flag in (f"--{key.replace('_', '-')}", str(value))]
     train = ["train", name, "--config", str(run / "config.json"), "--run-dir", str(command_run), "--no-progress",
-             "--checkpoint-every", str(checkpoint_every), *settings]
+             "--checkpoint-every", str(checkpoint_every), *flags]
     assert cli.main(train) == 0
     interrupted(command_run)
     assert cli.main([*train, "--resume"]) == 0
@@ -122,7 +119,7 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
     assert cli.main(["eval", name, "--checkpoint", str(command_run), "--seed", "0"]) == 0
     evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert evaluated["algorithm"] == name and evaluated["seed"] == 0
-    if name not in NOT_REPEATABLE:  # the same config, seed and program: the same parameters, the same evaluation
+    if algorithm.repeatable:  # the same config, seed and program: the same parameters, the same evaluation
         assert {key: evaluated[key] for key in report} == report
 
     # Every other algorithm refuses this folder in one line naming what it holds and the command that evaluates it

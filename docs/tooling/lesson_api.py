@@ -142,7 +142,7 @@ LESSON_API: dict[str, list[tuple[str, str, str]]] = {
     "10_debugging": [
         ("labcore.tools.introspection", "labcore.tools.introspection", "mod"),
         ("CompileCounter", "labcore.tools.introspection.CompileCounter", "class"),
-        ("exercises.debugging_drills", "labcore.course.exercises.debugging_drills", "mod"),
+        ("lessons.nb10_debugging.debugging_drills", "labcore.course.lessons.nb10_debugging.debugging_drills", "mod"),
     ],
     "11_profiling": [
         ("labcore.tools.profiling", "labcore.tools.profiling", "mod"),

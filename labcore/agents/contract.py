@@ -86,6 +86,12 @@ class Algorithm:
     eval_overrides: bool = False
     training_only: tuple[str, ...] = ()
     run_folder: tuple[str, ...] = RUN_FOLDER
+    # How the config's smallest() run is trained (what the tests and a first try of the lifecycle pass to ``train``):
+    # checkpoint_every giving it two checkpoints or more, and the settings it needs beyond their defaults
+    smallest_run: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"checkpoint_every": 2})
+    # False: two runs of one config and seed differ (an asynchronous run: which actor's data comes first is the
+    # operating system's choice), so neither a resume nor an evaluation repeats an uninterrupted run's numbers
+    repeatable: bool = True
     # Set in a command-line process before JAX starts (they cannot change after): run CPU calls on
     # the calling thread (a host loop acting one step at a time), and extra XLA flags.
     synchronous_dispatch: bool = False

@@ -1,6 +1,7 @@
 """What the numbered notebooks need beyond the library: exercises, source listings, experiments.
 
-* ``exercises``: each notebook's exercises and the checkers that judge them (``check``);
+* ``exercises``: the checking framework the notebooks' exercises and quizzes run on (``check``, ``quiz``);
+* ``lessons``: each lesson's folder (``nbNN_<topic>``): its exercises, its quiz and their checkers' helpers;
 * ``source``: labcore's own source, shown in the notebooks as the code that runs;
 * ``primitives``: small reference functions the first lessons build on;
 * ``published``: published learning curves and numbers, each with its source and where in it, to

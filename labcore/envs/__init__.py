@@ -7,7 +7,8 @@ labcore's own pure-JAX games with the gymnax interface (stateless env object, pa
 
 ``make_vector_env`` is how the DQN host loops make their envs: it checks the id and the action
 space before anything is built, so a typo or a continuous-control env fails with a message
-naming it instead of deep inside a wrapper. (PQN steps ALE's vector env from inside its compiled
+naming it instead of deep inside a wrapper; ``final_observations``, ``finished_episodes`` and
+``lives_lost`` read what one of its steps returns. (PQN steps ALE's vector env from inside its compiled
 program: ``labcore.envs.ale_jax``.)
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from labcore.envs import atari
 
@@ -77,6 +79,40 @@ def make_vector_env(
     envs.reset(seed=[seed + i for i in range(num_envs)])
     envs.action_space.seed(seed)
     return envs
+
+
+def final_observations(next_obs: np.ndarray, done: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """A ``make_vector_env`` step's true next observations [N, ...]: for the envs that just finished
+    (``done`` [N] bool), the episode's last one (``info["final_obs"]``) rather than the reset's."""
+    if not done.any():
+        return next_obs
+    real = next_obs.copy()
+    for i in np.flatnonzero(done):
+        real[i] = info["final_obs"][i]
+    return real
+
+
+def finished_episodes(done: np.ndarray, info: dict[str, Any]) -> list[tuple[int, float, int]]:
+    """(env index, game score, length) of each env of a ``make_vector_env`` step that finished."""
+    if not done.any():
+        return []
+    stats = info["final_info"]["episode"]
+    return [(int(i), float(stats["r"][i]), int(stats["l"][i])) for i in np.flatnonzero(done)]
+
+
+def lives_lost(info: dict[str, Any], num_envs: int) -> np.ndarray:
+    """[N] bool: the envs of a ``make_vector_env`` step that lost a life (only Atari games have lives)."""
+    return np.asarray(info.get("life_lost", np.zeros(num_envs, bool)), bool)
+
+
+def vector_env_around(restored: list[gym.Env] | Any) -> gym.vector.SyncVectorEnv | Any:
+    """A ``make_vector_env`` env around envs already running (unpickled from a checkpoint), without a reset:
+    gymnasium envs in a list are wrapped again; ALE's vector env (``ale_vector.AtariVector``) comes back whole."""
+    if not isinstance(restored, list):
+        return restored
+    return gym.vector.SyncVectorEnv(
+        [lambda env=env: env for env in restored], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
 
 
 def make_jax_env(env_id: str) -> tuple[Any, Any]:

@@ -4,15 +4,16 @@
   (imports no JAX: the command line's flags);
 * ``core``: epsilon-greedy acting, the loss and the jitted update;
 * ``agent``: DQN built once: ``make_dqn`` returns its pure functions (init, act, collect, learn,
-  evaluate), which every driver below runs;
+  evaluate) and its replay buffer, which every driver below runs;
 * ``algorithm``: the four drivers' records for ``labcore.agents.registry`` (imports no JAX);
 * ``host_loop``: gymnasium envs stepped in Python (CartPole, Atari), greedy evaluation,
-  checkpoints and exact resume;
+  checkpoints and exact resume; its pieces in ``host_parts``, its checkpoints in ``host_checkpoints``;
 * ``frame_replay``: the Atari replay buffer that stores each frame once;
 * ``scan``: the whole of training in one ``lax.scan`` over gymnax envs, vmappable over seeds;
 * ``data_parallel``: one update over a device mesh, three ways (pmap, shard_map, jit with shardings);
 * ``multi_process``: data-parallel DQN over every device of every process of a cluster;
-* ``actor_learner``: Ray actors feeding one learner that owns the replay (staleness, node ids, restarts, resume).
+* ``actor_learner``: Ray actors feeding one learner that owns the replay (staleness, node ids, restarts, resume);
+  the actors as its learner sees them in ``actor_pool``, its checkpoints in ``learner_checkpoints``.
 
 The package itself exports the agent contract of ``labcore.agents`` (``train`` is the jitted DQN's, ``scan.train``): ``Config``,
 ``make_train``, ``make_program``, ``train``, ``load_checkpoint``, ``params``, ``evaluate``.

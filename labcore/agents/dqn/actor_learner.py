@@ -8,11 +8,11 @@
   rollout of ``rollout_steps`` steps and returns the transitions, tagged with the parameter
   version it acted with and the node it ran on. ``exploration`` sets their epsilon: "linear", one
   rate for every actor, the config's schedule over the transitions received; or "ape_x", Ape-X's
-  constant rate of its own for each actor (``ape_x_epsilon``: actor 0 explores most, the last least).
+  constant rate of its own for each actor (``actor_pool.ape_x_epsilon``: actor 0 explores most, the last least).
 * **Parameters** travel through Ray's object store: every ``broadcast_every`` updates the learner
   puts one copy there (``ray.put``), and each rollout it asks for carries a reference to the newest
   copy; an actor on another node fetches it from there once.
-* **The learner** (this process) owns the replay buffer (``labcore.replay``), adds each rollout
+* **The learner** (this process) owns the replay buffer (the DQN's ``buffer``, ``labcore.replay``), adds each rollout
   as it returns, makes one jitted DQN update (``labcore.agents.dqn.core``) per
   ``train_frequency`` transitions received, and at once asks that actor for its next rollout. Two
   rollouts are queued per actor, so an actor never waits for the learner; the price is
@@ -54,14 +54,13 @@ from all actors). ``summary`` (summary.json) starts with the entries every drive
 seeds, timesteps, updates; compile_s: from the start to the first rollout received, the actors'
 start and compiles; run_s and steps_per_second, all actors together: from then on), then adds what
 an asynchronous run has: transitions lost, restarts, staleness, the learner's rate, transitions
-per node, the actors, and the greedy evaluation.
+per node, the actors, and the evaluation (``evaluate``, the one ``eval dqn-actor-learner`` runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,13 +69,13 @@ import numpy as np
 
 from labcore import ray_cluster, training_run
 from labcore.agents.dqn import core as dqn
-from labcore.agents.dqn.config import ACTOR_LEARNER
+from labcore.agents.dqn.actor_pool import ActorPool, every_ready
+from labcore.agents.dqn.config import ACTOR_LEARNER, ActorLearnerSettings
 from labcore.agents.dqn.learner_checkpoints import (  # noqa: F401 (ALGORITHM, load_checkpoint, params, evaluate: this driver's)
     ALGORITHM, Counters as _Counters, evaluate, learner_state, load_checkpoint, params, restore as _restore,
     save as _save)
 from labcore.training_run import TrainingRun
 
-ROLLOUTS_QUEUED_PER_ACTOR = 2  # one acting, one waiting: an actor is never idle while the learner works
 PLOTTED = ("episode_return", "loss", "staleness")
 
 
@@ -84,8 +83,8 @@ class RolloutActor:
     """One actor's state and jitted rollout; ``run`` makes it a Ray actor (``ray.remote``).
 
     rollout(params, version, epsilon) -> a dict of numpy arrays ``obs`` [T*E, *obs_shape],
-    ``actions`` [T*E] int32, ``rewards`` [T*E] float32, ``next_obs``, ``terminated`` [T*E] bool
-    (T = rollout_steps, E = envs_per_actor), plus ``version``, ``finished`` (returns of the
+    ``actions`` [T*E] int32, ``rewards`` [T*E] float32, ``next_obs``, ``terminated`` and ``done`` (the
+    episode ended, a time limit included) [T*E] bool (T = rollout_steps, E = envs_per_actor), plus ``version``, ``finished`` (returns of the
     episodes that ended), ``rank``, ``node_id`` and ``pid``.
     """
 
@@ -141,6 +140,7 @@ class RolloutActor:
         flat = (self.rollout_steps * self.envs_per_actor,)
         return {"obs": obs.reshape(flat + obs.shape[2:]), "actions": actions.reshape(flat), "rewards": rewards.reshape(flat),
                 "next_obs": next_obs.reshape(flat + obs.shape[2:]), "terminated": terminated.reshape(flat),
+                "done": done.reshape(flat),
                 "version": version, "finished": finished, "rank": self.rank, "node_id": self.node_id, "pid": os.getpid()}
 
 
@@ -148,12 +148,6 @@ def _node_id() -> str:
     import ray
 
     return ray.get_runtime_context().get_node_id()
-
-
-def _check_settings(**settings: float) -> None:
-    for name, value in settings.items():
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 def train(
@@ -191,26 +185,23 @@ def train(
     of the run's ``total_updates(config)``, about 100 rows). on_log(row, actors) is called after
     each metrics row with the actors' table (rank, node_id, pid, restarts, transitions, epsilon: the
     rate its newest request asks for). evaluate:
-    end with the greedy evaluation of the final parameters (eval_returns, eval_return_mean in the
-    summary). timeout_s: a limit on the whole run (None: none); stall_timeout_s: the longest wait
+    end with ``evaluate(config, params, config.seed)`` of the final parameters (``config.eval_episodes``
+    episodes at ``config.eval_epsilon``: eval_episodes, eval_epsilon, eval_return_mean and eval_return_std
+    in the summary, as the jitted DQN's). timeout_s: a limit on the whole run (None: none); stall_timeout_s: the longest wait
     for any rollout; actor_deadline_s: the longest an actor may go without delivering a rollout (from
     its start or restart, or its last delivery; the first one includes its compiles) before it is
     killed and restarted (None: never).
     """
-    _check_settings(num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_steps=rollout_steps,
-                    broadcast_every=broadcast_every, log_every=log_every, checkpoint_every=checkpoint_every)
-    if max_restarts < 0:
-        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
-    if exploration not in EXPLORATIONS:
-        raise ValueError(f"exploration must be one of {EXPLORATIONS}, got {exploration!r}")
-    if cpus_per_actor <= 0:
-        raise ValueError(f"cpus_per_actor must be > 0, got {cpus_per_actor}")
+    settings = ActorLearnerSettings(  # checked here, naming a bad field, before Ray starts
+        address=address, num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_steps=rollout_steps,
+        broadcast_every=broadcast_every, max_restarts=max_restarts, cpus_per_actor=cpus_per_actor,
+        stall_timeout_s=stall_timeout_s, actor_deadline_s=actor_deadline_s, timeout_s=timeout_s,
+        exploration=exploration)
+    for name, value in (("log_every", log_every), ("checkpoint_every", checkpoint_every)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
     if checkpoint_every is not None and run_dir is None:
         raise ValueError("checkpoint_every needs a run_dir to write checkpoints to")
-    for name, seconds in (("stall_timeout_s", stall_timeout_s), ("timeout_s", timeout_s),
-                          ("actor_deadline_s", actor_deadline_s)):
-        if seconds is not None and seconds <= 0:
-            raise ValueError(f"{name} must be > 0, got {seconds}")
     log_every = training_run.default_log_every(total_updates(config)) if log_every is None else log_every
     import ray
 
@@ -225,9 +216,8 @@ def train(
                                 total_steps=config.total_steps, plotted=PLOTTED, resume=resume, overwrite=overwrite,
                                 tensorboard=tensorboard, progress=progress)
         try:
-            return _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every,
-                          max_restarts, cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s,
-                          timeout_s, actor_deadline_s, evaluate, exploration)
+            return _train(config, host, settings, log_every=log_every, checkpoint_every=checkpoint_every,
+                          actor_platform=actor_platform, on_log=on_log, evaluate_at_end=evaluate)
         finally:
             host.close()
     finally:
@@ -235,46 +225,18 @@ def train(
             ray.shutdown()
 
 
-EXPLORATIONS = ("linear", "ape_x")
-
-
-def ape_x_epsilon(actor_index: int, num_actors: int, base: float = 0.4, alpha: float = 7.0) -> float:
-    """Ape-X's exploration rate of actor ``actor_index`` of ``num_actors``: base ** (1 + alpha * i / (N - 1))
-    (Horgan et al. 2018, section 4.1: base 0.4, alpha 7), from 0.4 for actor 0 down to 0.4 ** 8 for the
-    last; a lone actor explores at ``base``."""
-    if num_actors == 1:
-        return base
-    return base ** (1.0 + alpha * actor_index / (num_actors - 1))
-
-
 def total_updates(config: dqn.DQNConfig) -> int:
     """The learner updates of a run: one per ``train_frequency`` transitions received past ``learning_starts``."""
     return max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
 
 
-def every_ready(pending: list, wait: Callable, timeout_s: float = 1.0) -> list:
-    """Every one of ``pending`` that is back, oldest first, after waiting up to ``timeout_s`` for one.
-
-    ``wait`` is ``ray.wait``. Asked for one of many ready objects it returns a newer one (200 times in
-    200, with two older and three newer ready): with the learner slower than its actors, one actor's
-    rollouts, or the failure saying it died, were passed over for minutes while the other's kept
-    arriving, so its restart was never asked for.
-    """
-    if not pending or not wait(pending, num_returns=1, timeout=timeout_s)[0]:
-        return []
-    back = set(wait(pending, num_returns=len(pending), timeout=0)[0])
-    return [ref for ref in pending if ref in back]
-
-
-def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_every, log_every, max_restarts,
-           cpus_per_actor, actor_platform, checkpoint_every, on_log, stall_timeout_s, timeout_s,
-           actor_deadline_s, evaluate_at_end, exploration) -> training_run.RunResult:
+def _train(config: dqn.DQNConfig, host: TrainingRun, settings: ActorLearnerSettings, *, log_every: int,
+           checkpoint_every: int | None, actor_platform: str, on_log: Callable | None,
+           evaluate_at_end: bool) -> training_run.RunResult:
     import jax
     import ray
-    from ray.exceptions import ActorDiedError, RayActorError
-    from tqdm import tqdm
 
-    from labcore import envs, replay
+    from labcore import envs
     from labcore.agents.dqn.agent import make_dqn
 
     env, env_params = envs.make_jax_env(config.env_id)
@@ -282,104 +244,43 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
     update = jax.jit(agent.learn, donate_argnums=0)
     key, init_key = jax.random.split(jax.random.key(config.seed))
     state = agent.init(init_key)
-    buffer = replay.init(agent.example, config.buffer_size)
-    add_batch = jax.jit(replay.add_batch, donate_argnums=0)
-    sample = jax.jit(replay.sample, static_argnums=2)
-    run, last_update = host.folder, total_updates(config)
+    buffer = agent.buffer.init(agent.example)
+    add = jax.jit(agent.buffer.add, donate_argnums=0)
+    sample = jax.jit(agent.buffer.sample)
+    run, last_update, num_actors = host.folder, total_updates(config), settings.num_actors
     before = _Counters(0, 0, 0, 0.0, 0.0, {}, [0] * num_actors)
     if run.awaiting_restore:
         state, buffer, key, before = _restore(run, state, buffer)
-    received, updates, lost, credit = before.received, before.updates, before.lost, before.credit
+    received, updates, credit = before.received, before.updates, before.credit
 
     # Ray starts its worker processes at niceness 15, for work that should yield to the driver. The
     # actors are this run's work: at 15 they get almost no CPU while any normal-priority process is
     # busy (a browser, a build), and a start or restart that takes 9 s on an idle 2-core machine
     # took more than 120 s. They keep their node's priority instead, as Ray's job drivers do.
     remote = ray.remote(RolloutActor).options(
-        num_cpus=cpus_per_actor, max_restarts=max_restarts, max_task_retries=0, scheduling_strategy="SPREAD",
+        num_cpus=settings.cpus_per_actor, max_restarts=settings.max_restarts, max_task_retries=0,
+        scheduling_strategy="SPREAD",
         runtime_env={"env_vars": {"JAX_PLATFORMS": actor_platform, "RAY_worker_niceness": "0"}})
     fields = dataclasses.asdict(config)
-    handles = [remote.remote(fields, rank, envs_per_actor, rollout_steps) for rank in range(num_actors)]
+    handles = [remote.remote(fields, rank, settings.envs_per_actor, settings.rollout_steps)
+               for rank in range(num_actors)]
     earlier_restarts = before.restarts + [0] * max(0, num_actors - len(before.restarts))  # a resume may add actors
-    actors = [{"rank": rank, "node_id": None, "pid": None, "restarts": earlier_restarts[rank], "silent_restarts": 0,
-               "transitions": 0, "epsilon": None} for rank in range(num_actors)]
     # Every node alive now has a column from the first row on (a CSV's columns are fixed by its first row).
     by_node = {node["node_id"]: 0 for node in ray_cluster.nodes() if node["alive"]} | dict(before.by_node)
-    per_call = envs_per_actor * rollout_steps
-    params_ref = ray.put(jax.device_get(state.params))
-    version = updates
-    in_flight: dict[Any, int] = {}  # rollout -> the rank of the actor asked for it
-    restarting: dict[Any, int] = {}  # a `ready` call to an actor Ray is restarting -> its rank
+    params_ref, version = ray.put(jax.device_get(state.params)), updates
 
-    def asked_of(rank: int) -> list:
-        """The rollouts asked of actor ``rank`` that the learner has not taken yet."""
-        return [ref for ref, asked in in_flight.items() if asked == rank]
-
-    def ask(rank: int) -> None:
-        """Queue rollouts for ``rank`` up to ROLLOUTS_QUEUED_PER_ACTOR, with the newest parameters."""
-        while len(asked_of(rank)) < ROLLOUTS_QUEUED_PER_ACTOR:
-            epsilon = (ape_x_epsilon(rank, num_actors) if exploration == "ape_x"
-                       else float(dqn.linear_epsilon(received, config)))
-            actors[rank]["epsilon"] = epsilon  # the rate of its newest request
-            in_flight[handles[rank].rollout.remote(params_ref, version, epsilon)] = rank
-
-    def gone(rank: int, error: Exception) -> RuntimeError:
-        return RuntimeError(f"actor {rank} died and Ray will not restart it (restarted {actors[rank]['restarts']} times, "
-                            f"max_restarts={max_restarts}): {error}")
-
-    def deadline(rank: int) -> float | None:
-        """How long actor ``rank`` may go without a rollout now. Between rollouts, actor_deadline_s. Its
-        first rollout after a start or restart includes importing JAX and compiling, which a busy
-        machine slows: three times the slowest first rollout measured in this run, if longer; none
-        before any actor has delivered (a run where no actor delivers at all ends at stall_timeout_s)."""
-        if actor_deadline_s is None or delivered[rank]:
-            return actor_deadline_s
-        return max(actor_deadline_s, 3 * max(first_rollout_s)) if first_rollout_s else None
-
-    def await_restart(rank: int, now: float, running: bool) -> None:
-        """Actor ``rank``'s process died or was killed: the rollouts still asked of it are written off
-        (``running``: it was running one, counted lost), and a ``ready`` call waits for Ray's restart.
-        Written off, the rollout queued behind the lost one is not waited for: Ray may report its
-        failure after the restarted actor is up and working, where it would read as a second death."""
-        nonlocal lost
-        for ref in asked_of(rank):
-            del in_flight[ref]
-        lost += per_call if running else 0
-        for ref in [ref for ref, asked in restarting.items() if asked == rank]:
-            del restarting[ref]
-        restarting[handles[rank].ready.remote()] = rank
-        last_heard[rank], delivered[rank] = now, False  # its deadline now runs from this death
-
-    def silence(now: float) -> None:
-        """Kill, for Ray to restart, every actor past its deadline: a process that is alive but
-        stopped, hung or starved never fails its rollout by itself. A restart that has not answered
-        by the deadline is killed again. An actor whose rollout is back, waiting while the learner was
-        busy elsewhere (an update burst, a checkpoint, on_log), is not silent."""
-        for rank, heard in enumerate(last_heard):
-            limit = deadline(rank)
-            if limit is None or now - heard <= limit:
-                continue
-            asked_of_it = asked_of(rank)
-            if every_ready(asked_of_it, ray.wait, timeout_s=0):  # back, and waiting for the learner
-                continue
-            tqdm.write(f"labcore: actor {rank} (pid {actors[rank]['pid'] or 'not yet known'}) delivered no rollout for "
-                       f"{now - heard:.0f} s: killed, for Ray to restart it", file=sys.stderr)  # above the bar
-            actors[rank]["silent_restarts"] += 1
-            ray.kill(handles[rank], no_restart=False)
-            await_restart(rank, now, running=bool(asked_of_it))  # none asked: a restart that never answered
-
+    actors = ActorPool(config, settings, handles, earlier_restarts)
+    actors.lost = before.lost
     for rank in range(num_actors):
-        ask(rank)
+        actors.ask(rank, params_ref, version, received)
     host.start(steps=received)
     started = time.perf_counter()
-    last_heard = [started] * num_actors  # each actor's start, restart or last delivery
-    delivered = [False] * num_actors  # whether it has delivered since its start or restart
-    first_rollout_s: list[float] = []  # from a start or restart to the first rollout, each time
+    actors.last_heard = [started] * num_actors  # every actor's deadline runs from the run's start
 
     def save() -> None:
         _save(run.checkpoints, updates, state, buffer, key, config,
-              _Counters(received, updates, lost, before.seconds + time.perf_counter() - started, credit, dict(by_node),
-                        [actor["restarts"] for actor in actors]))
+              _Counters(received, updates, actors.lost, before.seconds + time.perf_counter() - started, credit,
+                        dict(by_node), [actor["restarts"] for actor in actors.table]))
 
     last_arrival = started
     first_data = None  # rates are measured from the first rollout: start-up and compiles excluded
@@ -388,51 +289,27 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
     try:
         while updates < last_update:
             now = time.perf_counter()
-            if timeout_s is not None and now - started > timeout_s:
-                raise TimeoutError(f"actor-learner run exceeded {timeout_s:.0f} s")
-            if now - last_arrival > stall_timeout_s and not every_ready(list(in_flight), ray.wait, timeout_s=0):
-                raise RuntimeError(f"no actor returned a rollout for {stall_timeout_s:.0f} s (Ray's cluster: "
-                                   f"{ray.cluster_resources()}; each actor asks for {cpus_per_actor} CPU)")
-            silence(now)
-            for ref in every_ready([*in_flight, *restarting], ray.wait):
-                if ref not in in_flight and ref not in restarting:
+            if settings.timeout_s is not None and now - started > settings.timeout_s:
+                raise TimeoutError(f"actor-learner run exceeded {settings.timeout_s:.0f} s")
+            if (now - last_arrival > settings.stall_timeout_s
+                    and not every_ready(list(actors.in_flight), ray.wait, timeout_s=0)):
+                raise RuntimeError(f"no actor returned a rollout for {settings.stall_timeout_s:.0f} s (Ray's cluster: "
+                                   f"{ray.cluster_resources()}; each actor asks for {settings.cpus_per_actor} CPU)")
+            actors.silence(now)
+            for ref in every_ready([*actors.in_flight, *actors.restarting], ray.wait):
+                if ref not in actors.in_flight and ref not in actors.restarting:
                     continue  # written off by a death taken earlier in this batch
-                if ref in restarting:  # is the restarted actor up?
-                    rank = restarting.pop(ref)
-                    try:
-                        ray.get(ref)
-                    except ActorDiedError as error:
-                        raise gone(rank, error) from error
-                    except RayActorError:  # still restarting
-                        restarting[handles[rank].ready.remote()] = rank
-                        continue
-                    ask(rank)  # restarts are counted when its first rollout arrives (a new pid)
-                    last_heard[rank], delivered[rank] = time.perf_counter(), False  # its deadline runs from its restart
+                rank, out, up = actors.back(ref)
+                if out is None:
+                    if up:  # a restarted actor answers: work for it
+                        actors.ask(rank, params_ref, version, received)
                     continue
-                rank = in_flight.pop(ref)
-                try:
-                    out = ray.get(ref)
-                except ActorDiedError as error:
-                    raise gone(rank, error) from error
-                except RayActorError:
-                    # The actor's process died. The rollout it was running is lost; the one queued
-                    # behind it never ran (written off with it). Ray is restarting the actor.
-                    await_restart(rank, time.perf_counter(), running=True)
-                    continue
-                last_arrival = time.perf_counter()
-                if not delivered[rank]:
-                    first_rollout_s.append(last_arrival - last_heard[rank])
-                last_heard[rank], delivered[rank] = last_arrival, True
+                last_arrival = actors.last_heard[rank]  # when it came back
                 first_data = first_data or last_arrival
-                entry = actors[rank]
-                if entry["pid"] is not None and entry["pid"] != out["pid"]:
-                    entry["restarts"] += 1  # a new process for this actor: Ray restarted it
-                entry.update(node_id=out["node_id"], pid=out["pid"])
                 batch = len(out["actions"])
-                entry["transitions"] += batch
                 by_node[out["node_id"]] = by_node.get(out["node_id"], 0) + batch
-                buffer = add_batch(buffer, dqn.Transition(out["obs"], out["actions"], out["rewards"], out["next_obs"],
-                                                          out["terminated"]))
+                buffer = add(buffer, dqn.Transition(out["obs"], out["actions"], out["rewards"], out["next_obs"],
+                                                    out["terminated"]), out["done"])
                 received += batch
                 host.advance(received)
                 returns.extend(out["finished"])
@@ -441,10 +318,10 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
                     credit += min(batch, received - config.learning_starts) / config.train_frequency
                 while credit >= 1 and updates < last_update:
                     key, sample_key = jax.random.split(key)
-                    state, metrics = update(state, sample(buffer, sample_key, config.batch_size))
+                    state, metrics = update(state, sample(buffer, sample_key))
                     updates += 1
                     credit -= 1
-                    if updates % broadcast_every == 0:
+                    if updates % settings.broadcast_every == 0:
                         params_ref, version = ray.put(jax.device_get(state.params)), updates
                     if updates % log_every == 0:
                         recent = returns[-20:]
@@ -452,17 +329,16 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
                             "loss": float(metrics["loss"]),
                             "episode_return": float(np.mean(recent)) if recent else None,
                             "staleness": float(np.mean(staleness[-50:])) if staleness else 0.0,
-                            "transitions_lost": lost, "actor_restarts": sum(a["restarts"] for a in actors),
-                            "silent_restarts": sum(a["silent_restarts"] for a in actors),
+                            **actors.counts(),
                             "seconds": before.seconds + time.perf_counter() - started,
                             **{f"transitions_node_{node[:12]}": count for node, count in sorted(by_node.items())},
                         }, steps=received)
                         if on_log is not None:
-                            on_log(row, [dict(a) for a in actors])
+                            on_log(row, [dict(a) for a in actors.table])
                     if checkpoint_every is not None and updates % checkpoint_every == 0:
                         save()
-                if updates < last_update and rank not in restarting.values():
-                    ask(rank)
+                if updates < last_update and rank not in actors.restarting.values():
+                    actors.ask(rank, params_ref, version, received)
         acting_seconds = max(time.perf_counter() - (first_data or started), 1e-9)
     except (TimeoutError, RuntimeError):
         if checkpoint_every is not None and updates > before.updates:
@@ -474,20 +350,17 @@ def _train(config, host, num_actors, envs_per_actor, rollout_steps, broadcast_ev
     if checkpoint_every is not None and updates % checkpoint_every:
         save()
     own = {
-        "transitions_lost": lost,  # in rollouts that died with their actor
-        "actor_restarts": sum(a["restarts"] for a in actors),  # actor processes Ray started again
-        "silent_restarts": sum(a["silent_restarts"] for a in actors),  # of them, killed for a missed deadline
+        # transitions lost in rollouts that died with their actor; actor processes Ray started again; of them,
+        # killed for a missed deadline
+        **actors.counts(),
         "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,  # updates between acting and learning
         # this call's, from the first rollout received (start-up and compiles excluded), as steps_per_second
         "learner_updates_per_second": round((updates - before.updates) / acting_seconds, 1),
         "transitions_by_node": dict(by_node),  # Ray node id -> transitions its actors delivered
-        "actors": [dict(actor) for actor in actors],  # rank, node_id, pid (the newest), restarts, transitions
+        "actors": [dict(actor) for actor in actors.table],  # rank, node_id, pid (the newest), restarts, transitions
     }
-    evaluation = {}
-    if evaluate_at_end:  # greedy episodes of the final parameters
-        eval_returns = np.asarray(jax.jit(agent.evaluate)(state.params, jax.random.key(config.seed + 1)))
-        evaluation = {"eval_returns": [float(score) for score in eval_returns],
-                      "eval_return_mean": float(eval_returns.mean())}
+    # the final parameters played as the record's evaluate plays them (the jitted DQN's, on the actors' gymnax envs)
+    evaluation = evaluate(config, state.params, config.seed) if evaluate_at_end else {}
     # updates and timesteps (transitions received) in all, a resumed run's earlier ones included
     return host.finish(learner_state(jax.device_get(state), buffer, key), updates=updates, steps=received,
                        compile_s=(first_data or started) - started, run_s=acting_seconds, extra=own,

@@ -9,9 +9,12 @@
     env_state, next_obs, transitions, done = agent.collect(params, env_state, obs, epsilon, act_key, env_key)
     returns = agent.evaluate(params, key)            # [eval_episodes] returns at config.eval_epsilon
     agent.example                                    # one zero Transition: a replay buffer's template
+    buffer = agent.buffer.init(agent.example)        # the replay buffer: pure init, add, sample, can_sample
+    buffer = agent.buffer.add(buffer, transitions, done)
+    batch = agent.buffer.sample(buffer, key)         # [batch_size, ...] leaves
 
-Who uses what: the jitted DQN (``scan.make_parts``, which the data-parallel ``multi_process`` runs
-on every replica) loops over ``collect`` and ``learn``; the Ray actor-learner's actors call
+Who uses what: every driver replays through ``buffer``; the jitted DQN (``scan.make_parts``, which the
+data-parallel ``multi_process`` runs on every replica) loops over ``collect`` and ``learn``; the Ray actor-learner's actors call
 ``collect`` and its learner ``learn``; the host loop over gymnasium (whose envs are not JAX
 functions, so it has no ``collect`` or ``evaluate`` here) calls ``act`` and ``learn``. All of them
 are pure and unjitted: each driver jits them where it runs them.
@@ -27,8 +30,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from labcore import envs, evaluation
+from labcore import envs, evaluation, replay
 from labcore.agents.dqn import core as dqn
+from labcore.agents.dqn import frame_replay
 from labcore.nets.q_networks import make_q_network
 
 
@@ -42,6 +46,9 @@ class DQN(NamedTuple):
     act: Callable[[Any, jax.Array, Any, jax.Array], jax.Array]  # (params, obs [N, ...], epsilon, key) -> [N]
     learn: Callable[[dqn.TrainState, dqn.Transition], tuple[dqn.TrainState, dict[str, jax.Array]]]
     example: dqn.Transition  # one transition of zeros, shaped and typed as the env's
+    # the replay buffer's pure functions (init(example), add(state, transitions, episode_end), sample(state, key),
+    # can_sample(state)): Atari frames stored once for config.replay_storage "frames", else whole transitions
+    buffer: replay.Buffer
     # (params, env_state, obs [num_envs, ...], epsilon, act_key, env_key) -> (env_state, next_obs,
     # transitions [num_envs, ...], done [num_envs]); None without a gymnax env
     collect: Callable[..., tuple[Any, jax.Array, dqn.Transition, jax.Array]] | None
@@ -104,7 +111,16 @@ def make_dqn(config: dqn.DQNConfig, *, env: Any = None, env_params: Any = None, 
             return evaluation.play_episodes(env, env_params, choose, key, config.eval_episodes)
 
     return DQN(config, network, optimizer, init, act, dqn.make_update(config, network, optimizer, axis_name=axis_name),
-               example, collect, evaluate)
+               example, make_buffer(config), collect, evaluate)
+
+
+def make_buffer(config: dqn.DQNConfig) -> replay.Buffer:
+    """The replay buffer every DQN driver stores into and samples from (``labcore.replay.Buffer``): Atari frames
+    stored once (``replay_storage="frames"``: ``frame_replay.frame_buffer``, ALE's vector env padding a new
+    game's stack with zeros), or whole transitions in a uniform ring (``replay.uniform_buffer``)."""
+    if config.replay_storage == "frames":
+        return frame_replay.frame_buffer(config.buffer_size, config.batch_size, padding="zero")
+    return replay.uniform_buffer(config.buffer_size, config.batch_size)
 
 
 def make_dqn_for(config: dqn.DQNConfig, **options: Any) -> DQN:

@@ -212,11 +212,15 @@ def _setting(default: Any, text: str) -> Any:
     return dataclasses.field(default=default, metadata={"help": text})
 
 
+EXPLORATIONS = ("linear", "ape_x")  # the actor-learner's exploration schedules
+
+
 @dataclasses.dataclass(frozen=True)
 class ActorLearnerSettings:
     """The keywords of ``labcore.agents.dqn.actor_learner.train`` the command line offers as flags of ``train
     dqn-actor-learner``, each with its default and its help: ``train``'s keywords default to these, and the
-    registry reads its flags from here (``labcore.agents.contract.settings_of``)."""
+    registry reads its flags from here (``labcore.agents.contract.settings_of``). ``train`` builds one from its
+    keywords, which checks them before Ray starts (a bad value fails naming its field), and passes it down."""
 
     address: str | None = _setting(None, "Ray cluster to join: 'auto' (the one `ray start` runs on this machine) "
                                          "or HEAD_IP:PORT; default: start Ray here, listening on 127.0.0.1 only")
@@ -234,6 +238,15 @@ class ActorLearnerSettings:
     timeout_s: float | None = _setting(None, "seconds for the whole run (default: no limit)")
     exploration: str = _setting("linear", "the actors' epsilon: 'linear' (the config's schedule, one rate for all) "
                                           "or 'ape_x' (a constant rate per actor, 0.4 ** (1 + 7 i / (N - 1)))")
+
+    def __post_init__(self) -> None:
+        validation.require_ints(self, "num_actors", "envs_per_actor", "rollout_steps", "broadcast_every")
+        validation.require_ints(self, "max_restarts", minimum=0)
+        validation.require_positive(self, "cpus_per_actor", "stall_timeout_s")
+        for name in ("actor_deadline_s", "timeout_s"):  # None: no limit
+            if getattr(self, name) is not None:
+                validation.require_positive(self, name)
+        validation.require_choice(self, "exploration", EXPLORATIONS)
 
 
 ACTOR_LEARNER = ActorLearnerSettings()

@@ -68,13 +68,13 @@ def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[d
     """(config, state) of a run from its folder or its checkpoints/ folder (default: the newest
     step): the state as saved, ``{"train_state", "replay", "key"}`` (the key typed). A checkpoint of
     another algorithm is refused before anything is built (``labcore.checkpoint.WrongCheckpoint``)."""
-    from labcore import checkpoint, replay
+    from labcore import checkpoint
     from labcore.agents.dqn.agent import make_dqn_for
 
     directory, _, config = checkpoint.open_run(path, ALGORITHM, dqn.DQNConfig, step)
     agent = make_dqn_for(config)  # the learner's DQN: the shapes its state was saved in
-    like = learner_state(agent.init(jax.random.key(0)),
-                         jax.eval_shape(lambda: replay.init(agent.example, config.buffer_size)), jax.random.key(0))
+    like = learner_state(agent.init(jax.random.key(0)), jax.eval_shape(lambda: agent.buffer.init(agent.example)),
+                         jax.random.key(0))
     state, _ = checkpoint.restore(directory, like, step)
     return config, state
 

@@ -225,27 +225,26 @@ def train(config: dqn.DQNConfig, run_dir: str | os.PathLike | None = None, *,
           **options: Any) -> training_run.RunResult:
     """Train on every device of the (already initialised) cluster with ``labcore.loop.train`` (same
     keyword options, every count in updates; ``seeds`` is refused: one run per cluster). The
-    result's ``state`` is the global carry (leaves [devices, replicas_per_device, ...]); its
-    ``summary`` holds "params_fingerprint", the parameters' hash every process agreed on."""
+    result's ``state`` is the global carry (leaves [devices, replicas_per_device, ...]), as ``load_checkpoint``
+    returns it; its ``summary`` holds "params_fingerprint", the parameters' hash every process agreed on."""
     return loop.train(config, functools.partial(make_program, replicas_per_device=replicas_per_device), run_dir,
                       **options)
 
 
 def params(carry: Any) -> Any:
-    """The learner's parameters: of replica 0's carry (``load_checkpoint``), or of the global carry
-    ``train`` returns (leaves [devices, replicas_per_device, ...]; every replica holds the same)."""
-    learned = carry.train_state.params
-    return learned if carry.step.ndim == 0 else first_replica(learned)
+    """The learner's parameters, replica 0's (every replica holds the same), in a global carry of ``train`` or
+    ``load_checkpoint`` (leaves [devices, replicas_per_device, ...])."""
+    return first_replica(carry.train_state.params)
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, Any]:
     """(config, carry) of a data-parallel run from its folder or checkpoints/ folder (default: the
-    newest step), in one process whatever the cluster that wrote it: the carry is replica 0's (the
-    learner every replica holds, with replica 0's envs, replay buffer and key; as
-    ``labcore.agents.dqn.scan.load_checkpoint`` returns)."""
+    newest step), in one process whatever the cluster that wrote it: the global carry as ``train`` returns
+    it (leaves [devices, replicas_per_device, ...]: every replica's envs, replay buffer and key, and the
+    learner each holds), on this process's default device. ``first_replica`` takes replica 0's."""
     directory, metadata, config = checkpoint.open_run(path, ALGORITHM, dqn.DQNConfig, step)
     layout = (metadata["devices"], metadata["replicas_per_device"])
     one = dqn_scan.make_parts(config).init(*jax.random.split(jax.random.key(0), 3))  # real keys: see checkpoint
     like = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (*layout, *leaf.shape)), one)
     state, _ = checkpoint.restore(directory, like, step)
-    return config, jax.tree_util.tree_map(lambda leaf: leaf[0, 0], state)
+    return config, jax.tree_util.tree_map(jnp.asarray, state)

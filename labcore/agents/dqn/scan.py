@@ -4,7 +4,8 @@ The host loop in ``labcore.agents.dqn.host_loop`` steps gymnasium envs in Python
 host-device round trip every step. A gymnax env is a pure JAX function, so the whole of
 training (every env step, every epsilon-greedy action, every buffer write and every update)
 can be traced once and compiled into a single XLA program. The algorithm is not copied: this
-module wires together the pure pieces of ``labcore.agents.dqn.core`` and ``labcore.replay``.
+module wires together DQN's pure functions (``labcore.agents.dqn.agent.make_dqn``: ``collect``, ``learn``
+and the replay ``buffer``, ``labcore.replay``'s uniform ring).
 
     config = DQNConfig(env_id="CartPole-v1", total_steps=100_000)
     train = make_train(config)                      # pure: train(key) -> ScanResult
@@ -131,7 +132,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         env_state, next_obs, transitions, done = agent.collect(
             carry.train_state.params, carry.env_state, carry.obs, epsilon, act_key, env_key
         )
-        buffer = replay.add_batch(carry.buffer, transitions)
+        buffer = agent.buffer.add(carry.buffer, transitions, done)
         episode_return = carry.episode_return + transitions.reward
         finished = (jnp.sum(done), jnp.sum(jnp.where(done, episode_return, 0.0)))
         # the finished episodes' returns into the ring, in env order (a slot past its end is dropped;
@@ -156,7 +157,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         loss = jnp.float32(0.0)
         if learn:
             key, sample_key = jax.random.split(carry.key)
-            batch = replay.sample(carry.buffer, sample_key, config.batch_size)
+            batch = agent.buffer.sample(carry.buffer, sample_key)
             train_state, update_metrics = agent.learn(carry.train_state, batch)
             carry, loss = carry._replace(train_state=train_state, key=key), update_metrics["loss"]
         metrics = {
@@ -184,7 +185,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
         return _Carry(
             train_state=agent.init(params_key),
-            buffer=replay.init(agent.example, config.buffer_size),
+            buffer=agent.buffer.init(agent.example),
             env_state=env_state,
             obs=obs,
             episode_return=jnp.zeros(config.num_envs, jnp.float32),

@@ -142,7 +142,8 @@ def train(config: GFlowNetConfig, run_dir: str | os.PathLike | None = None, *, l
     count in updates, iterations (log_every's default: ``training_run.default_log_every(config.iterations)``,
     about 100 rows). ``trainer="jax"`` takes every option of ``labcore.loop.train``; the host
     trainers take ``overwrite``, ``tensorboard``, ``evaluate`` and ``progress`` (they show no bar).
-    The result's ``state`` is the final ``TrainState`` (jax) or the final JAX parameters (host)."""
+    The result's ``state`` is the final ``TrainState``; a host trainer's holds its parameters (as JAX arrays)
+    and iterations, and None for what stayed in the trainer (the optimiser's state, the keys, the L1 ring)."""
     log_every = training_run.default_log_every(config.iterations) if log_every is None else log_every
     if config.trainer == "jax":
         return _train_on_loop(config, run_dir, log_every=log_every, **options)
@@ -169,7 +170,10 @@ def _train_on_host(config: GFlowNetConfig, run_dir, log_every: int, options: dic
     own = {**_summarize(config, host.folder.rows),
            "seconds": {phase: round(value, 2) for phase, value in result["seconds"].items()}}
     evaluation = evaluate(config, params, config.seed + 1) if options.get("evaluate", True) else {}
-    return host.finish(params, updates=config.iterations, steps=config.iterations * config.batch_size, extra=own,
+    # The state a host trainer ends with: its parameters and iterations; its optimiser's state stayed in the trainer
+    # (torch's, or optax's on the host), as it runs to its end in one call, without checkpoints.
+    state = TrainState(params, opt_state=None, loop_key=None, iteration=jnp.int32(config.iterations), recent=None)
+    return host.finish(state, updates=config.iterations, steps=config.iterations * config.batch_size, extra=own,
                        evaluation=evaluation)
 
 
@@ -179,10 +183,9 @@ def _torch_params(agent) -> dict[str, Any]:
     return ref.to_jax_params(agent)
 
 
-def params(state: TrainState | dict[str, Any]) -> dict[str, Any]:
-    """The policy's parameters in a state of ``train`` (a host trainer's: the parameters themselves) or of
-    ``load_checkpoint``."""
-    return state.params if hasattr(state, "params") else state
+def params(state: TrainState) -> dict[str, Any]:
+    """The policy's parameters in a state of ``train`` or of ``load_checkpoint``."""
+    return state.params
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[GFlowNetConfig, TrainState]:

@@ -13,9 +13,11 @@ also work under ``jax.jit``: a solution that only works eagerly fails.
 Input makers draw shapes as well as values, so that a solution hard-wired to
 one shape fails.
 
-``checking`` holds the exercise record, the catalogue and the comparison; each
-``nbNN_*`` module holds the exercises of notebook NN, and is registered here in
-notebook order, so ``names()`` lists the exercises in the order a reader meets them.
+This package is the checking framework: ``checking`` holds the exercise record, the catalogue and the
+comparison, ``quizzing`` the quizzes, ``behaviour`` what checkers share to judge a function by what it
+does. Each lesson's exercises live in its folder, ``labcore.course.lessons.nbNN_<topic>.exercises``,
+found and registered here in lesson order, so ``names()`` lists the exercises in the order a reader
+meets them.
 
 ``hint(name)`` and ``solution(name)`` show a hint and a worked answer on request (neither is
 printed unasked: a failing check names the classic mistake it sees, if any, and says how to ask); ``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
@@ -26,28 +28,21 @@ every exercise.
 
 from __future__ import annotations
 
-import importlib
-
+from labcore.course import lessons
 from labcore.course.exercises.checking import (
     Exercise, InputMaker, check, first_mismatch, get, hint, names, progress, register, solution,
 )
-from labcore.course.exercises.nb04_many_devices import PMEAN_AXIS
 from labcore.course.exercises.quizzing import quiz
 
-__all__ = ["PMEAN_AXIS", "Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "quiz",
+__all__ = ["Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "quiz",
            "register", "solution"]
 
-# Notebook order: names() lists the exercises in the order a reader meets them.
-NOTEBOOK_MODULES = tuple(
-    importlib.import_module(f"labcore.course.exercises.{name}")
-    for name in (
-        "nb00_jax_primitives", "nb01_haiku_dqn", "nb02_flax_nnx", "nb03_jit_scan_vmap", "nb04_many_devices",
-        "nb05_many_processes", "nb06_iqn_port", "nb07_masked_ppo", "nb08_accelerators", "nb09_gflownet",
-        "nb10_debugging", "nb11_profiling", "nb12_pqn",
-    )
-)
+# Each lesson folder's exercises (labcore.course.lessons), found in lesson order: names() lists them in the
+# order a reader meets them.
+NOTEBOOK_MODULES = tuple(module for module in (lessons.part(lesson, "exercises") for lesson in lessons.names())
+                         if module is not None)
 
 for _module in NOTEBOOK_MODULES:
     for _exercise in _module.catalogue():
-        register(_exercise, notebook=_module.__name__.rpartition(".")[2])
+        register(_exercise, notebook=_module.__name__.split(".")[-2])  # the lesson's folder: nbNN_<topic>
 del _module, _exercise

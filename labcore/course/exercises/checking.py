@@ -1,7 +1,7 @@
 """The exercise record, the catalogue, and the comparison of a learner's output with the reference's.
 
-The package ``labcore.course.exercises`` re-exports the public names; the notebook modules beside this one
-hold the exercises themselves.
+The package ``labcore.course.exercises`` re-exports the public names; each lesson's folder
+(``labcore.course.lessons.nbNN_<topic>``) holds its exercises themselves.
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def progress(notebook: str | None = None, verbose: bool = True) -> dict[str, str
     """Where the learner stands: each exercise's latest result in this Python process.
 
     Returns {name: 'passed' | 'failed' | 'not tried'} in notebook order, for every exercise or for
-    those of ``notebook`` (a notebook module's name such as 'nb01_haiku_dqn', or its number '01').
+    those of ``notebook`` (a lesson folder's name such as 'nb01_haiku_dqn', or its number '01').
     verbose prints one line per notebook with its count, then each exercise. Results live in
     memory: a restarted kernel starts again from 'not tried'.
     """

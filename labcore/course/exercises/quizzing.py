@@ -8,14 +8,12 @@ Each lesson ends with two cells::
 The second call says, question by question, whether the chosen answer is right and why (a wrong
 answer's explanation says what it misses, without giving the right one away); ``reveal=True``
 prints every answer with its explanation. The questions of lesson NN live in
-``labcore.course.exercises.quizzes.nbNN_*`` as ``QUIZ``; this module holds the records and the checking.
+``labcore.course.lessons.nbNN_<topic>.quiz`` as ``QUIZ``; this module holds the records and the checking.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 import textwrap
 from collections.abc import Mapping, Sequence
 
@@ -67,12 +65,13 @@ class Quiz:
 
 def quizzes() -> dict[str, Quiz]:
     """Every lesson's quiz, by lesson number, in lesson order."""
-    from labcore.course.exercises import quizzes as package
+    from labcore.course import lessons
 
     found = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        found[module.QUIZ.lesson] = module.QUIZ
+    for lesson in lessons.names():
+        module = lessons.part(lesson, "quiz")
+        if module is not None:
+            found[module.QUIZ.lesson] = module.QUIZ
     return found
 
 

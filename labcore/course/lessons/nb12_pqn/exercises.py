@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from labcore.course.exercises.checking import AnswerProblem, Exercise
-from labcore.course.exercises.pqn_update_checks import (
+from labcore.course.lessons.nb12_pqn.pqn_update_checks import (
     _update_inputs, _update_reference, judge_pqn_update, pqn_update_greedy_action, pqn_update_in_stored_order,
     pqn_update_incoming_state_every_step, pqn_update_one_epoch, pqn_update_optimizer_restarted,
     pqn_update_same_shuffle_every_epoch, pqn_update_solution, pqn_update_whole_batch)

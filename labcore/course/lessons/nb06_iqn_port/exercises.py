@@ -202,7 +202,7 @@ def _current_state_without_the_wrap(states, idx, n_frames):
 
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
-    from labcore.course.exercises import iqn_train_step_checks
+    from labcore.course.lessons.nb06_iqn_port import iqn_train_step_checks
 
     return [
         Exercise(

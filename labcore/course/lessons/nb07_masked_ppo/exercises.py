@@ -17,8 +17,8 @@ import numpy as np
 import optax
 
 from labcore.course.exercises.checking import Exercise, jnp_f32
-from labcore.course.exercises.ppo_epoch_checks import epoch_in_order, epoch_judge
-from labcore.course.exercises.ppo_loss_checks import (
+from labcore.course.lessons.nb07_masked_ppo.ppo_epoch_checks import epoch_in_order, epoch_judge
+from labcore.course.lessons.nb07_masked_ppo.ppo_loss_checks import (
     _clipped_loss_inputs, _legal_logits, _masked_log_probs_float64, _clipped_loss_labcore, _clipped_loss_reference, _loss_and_gradient,
     ppo_clipped_loss_clip_only, ppo_clipped_loss_frozen_ratio, ppo_clipped_loss_frozen_term,
     ppo_clipped_loss_inverted_ratio, ppo_clipped_loss_max, ppo_clipped_loss_normalises_advantages,
@@ -289,7 +289,7 @@ def ppo_update_epoch_whole_batch_gradient(params, opt_state, batch, key, loss_fn
 
 
 def ppo_update_epoch_state_not_carried(params, opt_state, batch, key, loss_fn, optimizer, num_minibatches):
-    from labcore.course.exercises.ppo_epoch_checks import epoch_in_order_state_not_carried
+    from labcore.course.lessons.nb07_masked_ppo.ppo_epoch_checks import epoch_in_order_state_not_carried
 
     order = jax.random.permutation(key, jax.tree_util.tree_leaves(batch)[0].shape[0])
     return epoch_in_order_state_not_carried(params, opt_state, batch, order, loss_fn, optimizer, num_minibatches)

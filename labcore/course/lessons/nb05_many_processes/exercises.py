@@ -12,7 +12,7 @@ import numpy as np
 
 from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import Exercise, jnp_f32
-from labcore.course.exercises.ape_x_checks import (
+from labcore.course.lessons.nb05_many_processes.ape_x_checks import (
     _ape_x_inputs, _ape_x_reference, ape_x_divides_by_n, ape_x_epsilon_greedy_solution, ape_x_lone_actor_divides_by_zero,
     ape_x_one_coin, ape_x_one_rate, ape_x_reversed, ape_x_unnormalised, judge_ape_x)
 

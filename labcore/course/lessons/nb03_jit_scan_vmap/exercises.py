@@ -142,7 +142,6 @@ def _scan_step_agent(num_envs: int, buffer_size: int, learning_starts: int):
 
 
 def _dqn_scan_step_inputs(rng: np.random.Generator) -> tuple:
-    from labcore import replay
 
     # num_envs >= 2: counting one step per env step instead of num_envs shows only then
     num_envs = int(rng.choice([2, 4]))
@@ -150,7 +149,7 @@ def _dqn_scan_step_inputs(rng: np.random.Generator) -> tuple:
     key = jax.random.key(int(rng.integers(1 << 30)))
     params_key, reset_key, steps_key = jax.random.split(key, 3)
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
-    carry = (agent.init(params_key), replay.init(agent.example, config.buffer_size), env_state, obs, jnp.int32(0))
+    carry = (agent.init(params_key), agent.buffer.init(agent.example), env_state, obs, jnp.int32(0))
     act_keys, env_keys, sample_keys = (jax.random.split(k, SCAN_STEPS) for k in jax.random.split(steps_key, 3))
     return carry, (act_keys, env_keys, sample_keys), agent, config
 
@@ -158,18 +157,17 @@ def _dqn_scan_step_inputs(rng: np.random.Generator) -> tuple:
 def dqn_scan_step_reference(carry, keys, agent, config):
     """labcore's jitted DQN, one agent step of ``labcore.agents.dqn.scan`` with train_frequency = num_envs
     (tests/test_exercises.py checks that scanning it reproduces ``scan.make_parts``'s iterations)."""
-    from labcore import replay
     from labcore.agents.dqn import core as dqn
 
     train_state, buffer, env_state, obs, step = carry
     act_key, env_key, sample_key = keys
     epsilon = dqn.linear_epsilon(step, config)
-    env_state, next_obs, transitions, _ = agent.collect(train_state.params, env_state, obs, epsilon, act_key, env_key)
-    buffer = replay.add_batch(buffer, transitions)
+    env_state, next_obs, transitions, done = agent.collect(train_state.params, env_state, obs, epsilon, act_key, env_key)
+    buffer = agent.buffer.add(buffer, transitions, done)
     step = step + config.num_envs
 
     def learn(train_state):
-        train_state, metrics = agent.learn(train_state, replay.sample(buffer, sample_key, config.batch_size))
+        train_state, metrics = agent.learn(train_state, agent.buffer.sample(buffer, sample_key))
         return train_state, metrics["loss"]
 
     train_state, loss = jax.lax.cond(step > config.learning_starts, learn, lambda s: (s, jnp.float32(0.0)), train_state)
@@ -194,7 +192,6 @@ def _dqn_scan_reference(carry, keys, agent, config):
 
 
 def dqn_scan_step_solution(carry, keys, agent, config):
-    from labcore import replay
     from labcore.agents.dqn import core as dqn
 
     train_state, buffer, env_state, obs, step = carry
@@ -204,11 +201,11 @@ def dqn_scan_step_solution(carry, keys, agent, config):
     env_state, next_obs, transitions, done = agent.collect(
         train_state.params, env_state, obs, epsilon, act_key, env_key)
     # store first: the update may sample the transitions just made
-    buffer = replay.add_batch(buffer, transitions)
+    buffer = agent.buffer.add(buffer, transitions, done)
     step = step + config.num_envs  # agent steps: one per env
 
     def update(train_state):
-        batch = replay.sample(buffer, sample_key, config.batch_size)
+        batch = agent.buffer.sample(buffer, sample_key)
         new_state, metrics = agent.learn(train_state, batch)
         return new_state, metrics["loss"]
 
@@ -223,20 +220,19 @@ def dqn_scan_step_solution(carry, keys, agent, config):
 
 def _scan_step_variant(carry, keys, agent, config, *, learn_first=False, keep_obs=False, warm_up=True,
                        count_env_steps=False, act_with_target=False):
-    from labcore import replay
     from labcore.agents.dqn import core as dqn
 
     train_state, buffer, env_state, obs, step = carry
     act_key, env_key, sample_key = keys
     acting = train_state.target_params if act_with_target else train_state.params
-    env_state, next_obs, transitions, _ = agent.collect(acting, env_state, obs, dqn.linear_epsilon(step, config),
-                                                        act_key, env_key)
+    env_state, next_obs, transitions, done = agent.collect(acting, env_state, obs, dqn.linear_epsilon(step, config),
+                                                           act_key, env_key)
     step = step + (1 if count_env_steps else config.num_envs)
-    sampled_from = buffer if learn_first else replay.add_batch(buffer, transitions)
-    buffer = replay.add_batch(buffer, transitions)
+    sampled_from = buffer if learn_first else agent.buffer.add(buffer, transitions, done)
+    buffer = agent.buffer.add(buffer, transitions, done)
 
     def learn(train_state):
-        train_state, metrics = agent.learn(train_state, replay.sample(sampled_from, sample_key, config.batch_size))
+        train_state, metrics = agent.learn(train_state, agent.buffer.sample(sampled_from, sample_key))
         return train_state, metrics["loss"]
 
     learning = (step > config.learning_starts) if warm_up else jnp.bool_(True)
@@ -329,9 +325,9 @@ def catalogue() -> list[Exercise]:
             "than config.learning_starts transitions; loss is 0.0 while it does not.\n"
             "Use labcore's pieces: epsilon = dqn.linear_epsilon(step, config) (the step BEFORE this one); "
             "agent.collect(train_state.params, env_state, obs, epsilon, act_key, env_key) -> (env_state, next_obs, "
-            "transitions, done); buffer = replay.add_batch(buffer, transitions) BEFORE sampling; step grows by "
-            "config.num_envs (one agent step per env); the update is agent.learn(train_state, replay.sample(buffer, "
-            "sample_key, config.batch_size)) -> (train_state, metrics) with metrics['loss']. The step is traced, so "
+            "transitions, done); buffer = agent.buffer.add(buffer, transitions, done) BEFORE sampling; step grows by "
+            "config.num_envs (one agent step per env); the update is agent.learn(train_state, "
+            "agent.buffer.sample(buffer, sample_key)) -> (train_state, metrics) with metrics['loss']. The step is traced, so "
             "a Python `if` cannot test it: jax.lax.cond(pred, learn_fn, skip_fn, train_state) runs one branch. "
             "The checker scans your step over 16 steps, jitted, and compares the final carry and the 16 losses "
             "with labcore's jitted DQN (labcore.agents.dqn.scan).",

@@ -2,7 +2,7 @@
 ``lax.scan``, and NoisyLinear written as an NNX module.
 
 ``noisy_linear_nnx`` is the core exercise: the learner writes a whole ``nnx.Module``, and the checker
-(``labcore.course.exercises.noisy_layer_checks``) takes it apart: what it holds, then how its noise and
+(``labcore.course.lessons.nb02_flax_nnx.noisy_layer_checks``) takes it apart: what it holds, then how its noise and
 outputs behave (any way of drawing the two noises from the key passes); ``check`` names the classic
 mistake a wrong layer makes.
 
@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from labcore.course.exercises import nnx_dqn_checks as dqn_step
+from labcore.course.lessons.nb02_flax_nnx import nnx_dqn_checks as dqn_step
 from labcore.course.exercises.checking import Exercise
-from labcore.course.exercises.noisy_layer_checks import (
+from labcore.course.lessons.nb02_flax_nnx.noisy_layer_checks import (
     built_and_checked,
     judge_noisy_layer,
     noisy_layer_inputs,

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from labcore.course.exercises.meshes import PMEAN_AXIS, draw_mesh, refuse_small
+from labcore.course.lessons.nb04_many_devices.meshes import PMEAN_AXIS, draw_mesh, refuse_small
 
 OBS_SIZE, NUM_ACTIONS = 4, 3
 

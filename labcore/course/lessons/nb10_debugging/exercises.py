@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from labcore.course.exercises import debugging_drills as drills
+from labcore.course.lessons.nb10_debugging import debugging_drills as drills
 from labcore.course.exercises.checking import Exercise
 
 # ----------------------------------------------------------------------------------------------

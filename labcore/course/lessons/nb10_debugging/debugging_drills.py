@@ -1,4 +1,4 @@
-"""The checking side of notebook 10's find-the-bug exercises (labcore.course.exercises.nb10_debugging).
+"""The checking side of notebook 10's find-the-bug exercises (labcore.course.lessons.nb10_debugging.exercises).
 
 For each exercise: the input maker (random shapes and values), the reference the learner's fix is
 compared with, a worked fix written as a learner would write it (``solution(name)`` shows it), and
@@ -14,7 +14,7 @@ import numpy as np
 
 from labcore.course.exercises import behaviour
 from labcore.course.exercises.checking import jnp_f32
-from labcore.course.exercises.nb07_masked_ppo import gae_reference  # notebook 07's GAE exercise checks the same function
+from labcore.course.lessons.nb07_masked_ppo.exercises import gae_reference  # notebook 07's GAE exercise checks the same function
 
 def epsilon_greedy_inputs(rng: np.random.Generator) -> tuple:
     # T >= 2 and B >= 2: a key reused across steps, or one coin for the batch, shows only then. Shapes

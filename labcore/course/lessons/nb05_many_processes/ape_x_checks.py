@@ -22,7 +22,7 @@ APE_X_EPSILON, APE_X_ALPHA = 0.4, 7.0  # Horgan et al. (2018), section 4.1
 
 
 def _ape_x_epsilon(actor_index: int, num_actors: int) -> float:
-    from labcore.agents.dqn.actor_learner import ape_x_epsilon  # labcore's own, which the actor-learner uses
+    from labcore.agents.dqn.actor_pool import ape_x_epsilon  # labcore's own, which the actor-learner uses
 
     return ape_x_epsilon(actor_index, num_actors, APE_X_EPSILON, APE_X_ALPHA)
 

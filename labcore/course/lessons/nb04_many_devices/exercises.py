@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from labcore.course.exercises.checking import Exercise
-from labcore.course.exercises.meshes import PMEAN_AXIS, draw_mesh, refuse_small
+from labcore.course.lessons.nb04_many_devices.meshes import PMEAN_AXIS, draw_mesh, refuse_small
 
 # ----------------------------------------------------------------------------------------------
 # global_batch_array: one global jax.Array from the blocks each device holds.
@@ -152,7 +152,7 @@ def shard_map_pmean_summed_loss(w, xs, ys, learning_rate):
 
 def catalogue() -> list[Exercise]:
     """This notebook's exercises, in the order the notebook checks them."""
-    from labcore.course.exercises import data_parallel_dqn
+    from labcore.course.lessons.nb04_many_devices import data_parallel_dqn
 
     return [
         Exercise(
