@@ -269,13 +269,12 @@ def _train(config: dqn.DQNConfig, host: TrainingRun, settings: ActorLearnerSetti
     by_node = {node["node_id"]: 0 for node in ray_cluster.nodes() if node["alive"]} | dict(before.by_node)
     params_ref, version = ray.put(jax.device_get(state.params)), updates
 
-    actors = ActorPool(config, settings, handles, earlier_restarts)
-    actors.lost = before.lost
+    actors = ActorPool(config, settings, handles, earlier_restarts, before.lost)
     for rank in range(num_actors):
         actors.ask(rank, params_ref, version, received)
     host.start(steps=received)
     started = time.perf_counter()
-    actors.last_heard = [started] * num_actors  # every actor's deadline runs from the run's start
+    actors.start(started)
 
     def save() -> None:
         _save(run.checkpoints, updates, state, buffer, key, config,

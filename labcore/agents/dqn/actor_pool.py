@@ -48,7 +48,8 @@ class ActorPool:
     (rank, node, pid, restarts, transitions, epsilon), and what each fault does to them (a death, a restart, a
     silence past the deadline)."""
 
-    def __init__(self, config: dqn.DQNConfig, settings: ActorLearnerSettings, handles: list, restarts: list[int]):
+    def __init__(self, config: dqn.DQNConfig, settings: ActorLearnerSettings, handles: list, restarts: list[int],
+                 lost: int = 0):
         import ray
         from ray.exceptions import ActorDiedError, RayActorError
 
@@ -58,12 +59,15 @@ class ActorPool:
                        "transitions": 0, "epsilon": None} for rank in range(settings.num_actors)]
         self.in_flight: dict[Any, int] = {}  # rollout -> the rank of the actor asked for it
         self.restarting: dict[Any, int] = {}  # a `ready` call to an actor Ray is restarting -> its rank
-        self.lost = 0  # transitions in rollouts that died with their actor
+        self.lost = lost  # transitions in rollouts that died with their actor (a resumed run's earlier ones too)
         self.per_call = settings.envs_per_actor * settings.rollout_steps
-        now = time.perf_counter()
-        self.last_heard = [now] * settings.num_actors  # each actor's start, restart or last delivery
+        self.last_heard: list[float] = []  # each actor's start, restart or last delivery (``start`` begins them)
         self.delivered = [False] * settings.num_actors  # whether it has delivered since its start or restart
         self.first_rollout_s: list[float] = []  # from a start or restart to the first rollout, each time
+
+    def start(self, now: float) -> None:
+        """The run starts at ``now``: every actor's deadline runs from it."""
+        self.last_heard = [now] * self.settings.num_actors
 
     def asked_of(self, rank: int) -> list:
         """The rollouts asked of actor ``rank`` that the learner has not taken yet."""
