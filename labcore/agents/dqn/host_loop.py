@@ -45,10 +45,9 @@ import numpy as np
 from labcore import checkpoint, envs, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import host_checkpoints
-from labcore.agents.dqn.agent import make_dqn
 from labcore.agents.dqn.config import HOST_LOOP
 from labcore.agents.dqn.host_checkpoints import ALGORITHM, LoopState, checkpoint_template
-from labcore.agents.dqn.host_parts import Chunk, atari_kwargs, env_spec, make_act, make_agent, make_learn, updates_due
+from labcore.agents.dqn.host_parts import atari_kwargs, make_agent, make_parts, updates_due
 from labcore.training_run import TrainingRun
 
 PLOTTED = ("episode_return", "loss", "epsilon")
@@ -105,7 +104,7 @@ def train(
         raise ValueError("checkpoints need a run_dir")
     log_steps = log_every * config.train_frequency  # agent steps
     checkpoint_steps = None if checkpoint_every is None else checkpoint_every * config.train_frequency
-    obs_shape, obs_dtype, num_actions = env_spec(config)  # fails early on a bad env
+    parts = make_parts(config)  # fails early on a bad env
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
     # Ordered by agent step: the checkpoints are numbered by agent step, and a resume cuts the rows at one.
     host = TrainingRun.open(run_dir, config, name=f"DQN on {config.env_id}", total_steps=end_step, plotted=PLOTTED,
@@ -113,9 +112,8 @@ def train(
                             overwrite=overwrite, tensorboard=tensorboard, progress=progress)
     run = host.folder
 
-    agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
-    act, learn = make_act(config, agent), make_learn(config, agent)
-    state, vector_env = _start(config, agent)
+    act, learn, chunk, steps_per_chunk = parts.act, parts.learn, parts.chunk, parts.steps_per_chunk
+    state, vector_env = _start(config, parts.agent)
     if resume:
         state, saved_envs = host_checkpoints.restore(run, config, state)
         if saved_envs is not None:  # the envs as they were: the run continues exactly
@@ -127,23 +125,17 @@ def train(
     train_state, replay_state, key, obs = state.train_state, state.replay, state.key, state.obs
     step, episode_returns, metrics = state.step, state.episode_returns, state.metrics
     act_key, learn_key = jax.random.split(key)
-
-    # Transitions wait on the host until an update is due: chunks end at multiples of
-    # train_frequency agent steps (or every step when num_envs does not divide it).
-    steps_per_chunk = config.train_frequency if config.train_frequency % config.num_envs == 0 else config.num_envs
-    chunk = Chunk(steps_per_chunk // config.num_envs, config.num_envs, obs_shape, obs_dtype)
     chunk_start = step
 
     recent = deque(episode_returns[-20:], maxlen=20)
     host.start(steps=step)
     started, last_log_time, last_log_step = time.perf_counter(), time.perf_counter(), step
-    life_loss_terminal = config.life_loss_terminal and envs.atari.is_atari_id(config.env_id)
 
     while step < end_step:
         actions = np.asarray(act(train_state.params, obs, step, act_key))
         next_obs, reward, terminated, truncated, info = vector_env.step(actions)
         done = terminated | truncated
-        if life_loss_terminal:  # a lost life ends the learner's episode (the game goes on)
+        if parts.life_loss_terminal:  # a lost life ends the learner's episode (the game goes on)
             terminated = terminated | envs.lives_lost(info, config.num_envs)
         chunk.put(obs, actions, reward, envs.final_observations(next_obs, done, info), terminated, done)
         obs, step = next_obs, step + config.num_envs

@@ -1,5 +1,5 @@
-"""The pieces of the DQN host loop (``labcore.agents.dqn.host_loop``): the env's spec, two compiled
-functions, and the chunk of transitions waiting on the host.
+"""The pieces of the DQN host loop (``labcore.agents.dqn.host_loop``), made once from a config by
+``make_parts``: the agent, two compiled functions, and the chunk of transitions waiting on the host.
 
 * ``act(params, obs, step, key) -> actions``: epsilon-greedy with the scheduled epsilon;
 * ``learn(train_state, replay, chunk, episode_end, step, key, num_updates)``: store a chunk
@@ -12,8 +12,9 @@ pure function of its seed, however it is chunked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -140,3 +141,26 @@ class Chunk:
         if filled < self.rows:
             return jax.tree_util.tree_map(lambda leaf: leaf[:filled], (transition, episode_end))
         return transition, episode_end
+
+
+class HostParts(NamedTuple):
+    """What the host loop runs, made from a config once (``make_parts``)."""
+
+    agent: DQN  # DQN's functions for the config's gymnasium env (its replay buffer: agent.buffer)
+    act: Callable  # make_act's
+    learn: Callable  # make_learn's
+    chunk: Chunk  # the transitions waiting for the next learn call
+    steps_per_chunk: int  # agent steps between learn calls: train_frequency, or num_envs where it does not divide it
+    life_loss_terminal: bool  # a lost life ends the learner's episode (an Atari game with life_loss_terminal)
+
+
+def make_parts(config: dqn.DQNConfig) -> HostParts:
+    """The host loop's pieces for ``config``; the env is checked first (``env_spec``)."""
+    obs_shape, obs_dtype, num_actions = env_spec(config)
+    agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
+    # Transitions wait on the host until an update is due: chunks end at multiples of
+    # train_frequency agent steps (or every step when num_envs does not divide it).
+    steps_per_chunk = config.train_frequency if config.train_frequency % config.num_envs == 0 else config.num_envs
+    return HostParts(agent, make_act(config, agent), make_learn(config, agent),
+                     Chunk(steps_per_chunk // config.num_envs, config.num_envs, obs_shape, obs_dtype), steps_per_chunk,
+                     config.life_loss_terminal and envs.atari.is_atari_id(config.env_id))
