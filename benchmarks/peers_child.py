@@ -203,9 +203,9 @@ def run_labcore(spec: dict) -> dict:
         from labcore.nets.q_networks import make_q_network
 
         config = DQNConfig(**config_fields)
-        result, compile_s, run_s, switches = compiled_and_timed(scan.make_train(config), agents, spec["seed"],
-                                                          spec.get("inspect"))
-        params, steps = result.train_state.params, (config.total_steps // config.train_frequency) * config.train_frequency
+        (carry, _), compile_s, run_s, switches = compiled_and_timed(scan.make_train(config), agents, spec["seed"],
+                                                                    spec.get("inspect"))
+        params, steps = scan.params(carry), (config.total_steps // config.train_frequency) * config.train_frequency
         env = spec["env"]
         import gymnax
 

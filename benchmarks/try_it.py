@@ -102,13 +102,18 @@ def dqn_runs(seeds: int = 3, **overrides) -> dict:
 
     settings = dict(total_steps=50_000, learning_starts=2_000, eval_episodes=10)
     config = dqn.DQNConfig(**{**settings, **overrides})
-    train = jax.jit(jax.vmap(dqn_scan.make_train(config)))
+    train, evaluate_run = dqn_scan.make_train(config), dqn_scan.make_evaluate_run(config)
+
+    def train_and_play(key):  # the whole run, then its trained network's episodes
+        carry, _ = train(key)
+        return evaluate_run(dqn_scan.params(carry), key)
+
     keys = jax.random.split(jax.random.key(0), seeds)
-    compiled = train.lower(keys).compile()
+    compiled = jax.jit(jax.vmap(train_and_play)).lower(keys).compile()
     started = time.perf_counter()
-    result = jax.block_until_ready(compiled(keys))
+    returns = jax.block_until_ready(compiled(keys))
     wall = time.perf_counter() - started
-    evals = np.asarray(result.eval_returns).mean(axis=1)
+    evals = np.asarray(returns).mean(axis=1)
     return {"eval_return_per_seed": [round(float(x), 1) for x in evals], "eval_return_mean": round(float(evals.mean()), 1),
             "run_s": round(wall, 2)}
 
@@ -621,9 +626,9 @@ def gflownet_runs(seeds: int = 3, **overrides) -> dict:
     from labcore.agents.gflownet.core import GFlowNetConfig
 
     config = GFlowNetConfig(**{**dict(loss="tb", trainer="jax", batch_size=16, iterations=1_000), **overrides})
-    _, _, terminals = jax.block_until_ready(
+    _, metrics = jax.block_until_ready(
         jax.jit(jax.vmap(gflownet.make_train(config)))(jax.random.split(jax.random.key(42), seeds)))
-    finals = [gflownet.l1_curve(config, np.asarray(t), 100)[-1][1] for t in terminals]
+    finals = [gflownet.l1_curve(config, np.asarray(t), 100)[-1][1] for t in metrics["terminals"]]
     return {"final_l1_per_seed": [round(float(x), 3) for x in finals], "final_l1_mean": round(float(np.mean(finals)), 3)}
 
 

@@ -20,40 +20,44 @@ def test_vmap_over_seeds_equals_one_seed_at_a_time():
     config = small_config()
     train = dqn_scan.make_train(config)
     keys = jax.random.split(jax.random.key(3), 3)
-    together = jax.jit(jax.vmap(train))(keys)
+    together, together_metrics = jax.jit(jax.vmap(train))(keys)
+    play = dqn_scan.make_evaluate(config)
+    together_returns = jax.jit(jax.vmap(play, in_axes=(0, None)))(dqn_scan.params(together), jax.random.key(9))
     single = jax.jit(train)
     for i, key in enumerate(keys):
-        alone = single(key)
+        alone, metrics = single(key)
         for a, b in zip(jax.tree_util.tree_leaves(alone.train_state), jax.tree_util.tree_leaves(together.train_state)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b)[i], rtol=1e-4, atol=1e-5)
-        np.testing.assert_array_equal(np.asarray(alone.metrics["episodes"]), np.asarray(together.metrics["episodes"][i]))
-        np.testing.assert_allclose(np.asarray(alone.eval_returns), np.asarray(together.eval_returns[i]))
+        np.testing.assert_array_equal(np.asarray(metrics["episodes"]), np.asarray(together_metrics["episodes"][i]))
+        np.testing.assert_allclose(np.asarray(jax.jit(play)(dqn_scan.params(alone), jax.random.key(9))),
+                                   np.asarray(together_returns[i]))
     # different seeds really are different runs
-    assert not np.array_equal(np.asarray(together.metrics["episodes"][0]), np.asarray(together.metrics["episodes"][1]))
+    assert not np.array_equal(np.asarray(together_metrics["episodes"][0]), np.asarray(together_metrics["episodes"][1]))
 
 
 def test_same_key_same_run_and_metrics_are_consistent():
     config = small_config(num_envs=2)
     train = jax.jit(dqn_scan.make_train(config))
     a, b = train(jax.random.key(0)), train(jax.random.key(0))
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert_same_tree(a, b)
+    carry, metrics = a
     warmup, learn = dqn_scan.iteration_counts(config)
-    steps = np.asarray(a.metrics["step"])
-    assert steps.shape == (warmup + learn,) and steps[-1] == config.total_steps
-    assert int(a.train_state.update_count) == learn
-    loss = np.asarray(a.metrics["loss"])
+    steps = np.asarray(metrics["step"])
+    assert steps.shape == (warmup + learn,) and steps[-1] == config.total_steps == int(carry.step)
+    assert int(carry.train_state.update_count) == learn
+    loss = np.asarray(metrics["loss"])
     assert np.all(loss[:warmup] == 0) and np.all(loss[warmup:] > 0)
     # CartPole pays 1 per step: the returns of finished episodes add up to at most the steps taken
-    assert 0 < float(np.sum(a.metrics["episode_return_sum"])) <= config.total_steps
+    assert 0 < float(np.sum(metrics["episode_return_sum"])) <= config.total_steps
 
 
 def test_the_jitted_dqn_learns_cartpole():
     """A short run (about 15 s here) must beat a random policy (about 22 per episode) clearly."""
     config = dqn.DQNConfig(total_steps=40_000, learning_starts=2_000, exploration_fraction=0.3, eval_epsilon=0.0)
-    result = jax.jit(dqn_scan.make_train(config))(jax.random.key(0))
-    assert float(np.mean(result.eval_returns)) > 3 * 22.0, np.asarray(result.eval_returns)
-    _, curve = dqn_scan.episode_return_curve(result.metrics, window=100)
+    carry, metrics = jax.jit(dqn_scan.make_train(config))(jax.random.key(0))
+    evaluation = dqn_scan.evaluate(config, dqn_scan.params(carry), seed=0)
+    assert evaluation["eval_return_mean"] > 3 * 22.0, evaluation
+    _, curve = dqn_scan.episode_return_curve(metrics, window=100)
     assert np.nanmax(curve[-300:]) > 3 * np.nanmean(curve[:300])
 
 
@@ -69,11 +73,16 @@ def test_the_driver_in_chunks_gives_one_calls_run_bit_for_bit_and_resumes_exactl
     assert_same_tree(one_call.state, whole.state)
     assert whole.metrics == one_call.metrics and [row["update"] for row in whole.metrics] == list(range(1, 301))
     assert whole.summary["eval_return_mean"] == one_call.summary["eval_return_mean"]
-    reference = jax.jit(dqn_scan.make_train(config))(jax.random.key(config.seed))
+    rows = []
+    reference, metrics = jax.jit(dqn_scan.make_train(config, callback=rows.append, log_every=100))(jax.random.key(config.seed))
     for a, b in zip(jax.tree_util.tree_leaves(reference.train_state), jax.tree_util.tree_leaves(whole.state.train_state)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal([row["episodes"] for row in whole.metrics], np.asarray(reference.metrics["episodes"]))
-    np.testing.assert_array_equal([row["timesteps"] for row in whole.metrics], np.asarray(reference.metrics["step"]))
+    np.testing.assert_array_equal([row["episodes"] for row in whole.metrics], np.asarray(metrics["episodes"]))
+    np.testing.assert_array_equal([row["timesteps"] for row in whole.metrics], np.asarray(metrics["step"]))
+    # make_train's callback: every 100th iteration's metrics, on the host, as they were computed
+    assert [int(row["update"]) for row in rows] == [100, 200, 300]
+    assert [int(row["step"]) for row in rows] == [int(metrics["step"][i]) for i in (99, 199, 299)]
+    assert whole.summary["eval_return_mean"] == dqn_scan.evaluate(config, dqn_scan.params(whole.state), config.seed)["eval_return_mean"]
     # stopped after 140 updates (a shorter run of the same config cannot be made: total_steps is in
     # the config), by training the first two chunks and keeping their checkpoint
     import shutil

@@ -40,6 +40,33 @@ def test_every_algorithm_exports_the_same_contract(algorithm):
         agent.Confg  # noqa: B018  (a typo is an AttributeError naming it, not a silent None)
 
 
+@pytest.mark.parametrize("algorithm", PACKAGES)
+def test_every_make_train_has_one_shape(algorithm):
+    """make_train(config, *, callback=None, log_every=1, ...) -> train(key) -> (state, metrics), in every
+    package: the state is the program's (what its checkpoints hold and load_checkpoint returns, so that
+    params reads it), every metric has a leading axis of one entry per update, and the callback receives
+    every log_every-th update's row on the host while the compiled run goes on."""
+    import inspect
+
+    agent = importlib.import_module(f"labcore.agents.{algorithm}")
+    signature = inspect.signature(agent.make_train)
+    config_parameter, *options = signature.parameters.values()
+    assert config_parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(option.kind is inspect.Parameter.KEYWORD_ONLY for option in options)
+    assert {"callback", "log_every"} <= set(signature.parameters)
+    config = small_config(algorithm)
+    program = agent.make_program(config)
+    rows = []
+    state, metrics = jax.jit(agent.make_train(config, callback=rows.append, log_every=2))(jax.random.key(config.seed))
+    expected = jax.eval_shape(program.init, jax.random.key(config.seed))
+    assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(expected)
+    assert [leaf.shape for leaf in jax.tree_util.tree_leaves(state)] == [leaf.shape for leaf in jax.tree_util.tree_leaves(expected)]
+    assert program.updates_done(state) == program.num_updates
+    assert jax.tree_util.tree_structure(agent.params(state)) == jax.tree_util.tree_structure(jax.eval_shape(agent.params, expected))
+    assert metrics and all(np.shape(value)[0] == program.num_updates for value in metrics.values())
+    assert [int(row["update"]) for row in rows] == list(range(2, program.num_updates + 1, 2))
+
+
 def as_numpy(leaf) -> np.ndarray:
     """A state leaf as numpy (a typed PRNG key by its data)."""
     return np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
@@ -94,18 +121,18 @@ def test_seeds_must_be_positive():
 
 def test_the_gflownet_program_is_make_train_cut_into_chunks(tmp_path):
     """The all-JAX GFlowNet on the loop runs make_train's iterations with make_train's keys: the
-    same parameters and losses, and an L1 row computed on the device equal to hypergrid.l1_curve's
+    same final state (parameters, optimiser state, key, count, ring of recent samples) and losses, and an L1 row computed on the device equal to hypergrid.l1_curve's
     (float32 against float64) over the same last l1_samples terminal states, whatever the chunks."""
     from labcore.agents import gflownet
     from labcore.envs import hypergrid
 
     # batches of 8 into a ring of 20: the ring wraps mid-batch
     config = dataclasses.replace(small_config("gflownet"), iterations=12)
-    params, losses, terminals = jax.jit(gflownet.make_train(config))(jax.random.key(config.seed))
+    whole, metrics = jax.jit(gflownet.make_train(config))(jax.random.key(config.seed))
     chunked = gflownet.train(config, tmp_path, log_every=1, checkpoint_every=5, evaluate=False, progress=False)
-    assert max_difference(chunked.state.params, params) <= 1e-6
-    np.testing.assert_allclose([row["loss"] for row in chunked.metrics], np.asarray(losses), rtol=1e-5)
-    curve = hypergrid.l1_curve(config, np.asarray(terminals), 1)
+    assert max_difference(chunked.state, whole) <= 1e-6
+    np.testing.assert_allclose([row["loss"] for row in chunked.metrics], np.asarray(metrics["loss"]), rtol=1e-5)
+    curve = hypergrid.l1_curve(config, np.asarray(metrics["terminals"]), 1)
     assert [row["update"] for row in chunked.metrics] == [update for update, _ in curve]
     np.testing.assert_allclose([row["l1"] for row in chunked.metrics], [l1 for _, l1 in curve], atol=1e-5)
     assert [row["trajectories"] for row in chunked.metrics] == [8 * update for update, _ in curve]

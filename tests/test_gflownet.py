@@ -357,10 +357,10 @@ def test_jax_trainer_vmaps_over_seeds():
     config = GFlowNetConfig(iterations=20, batch_size=8, hidden_size=16)
     train = gflownet.make_train(config)
     keys = jax.random.split(jax.random.key(1), 3)
-    _, together, _ = jax.jit(jax.vmap(train))(keys)
+    _, together = jax.jit(jax.vmap(train))(keys)
     for i, key in enumerate(keys):
-        _, alone, _ = jax.jit(train)(key)
-        np.testing.assert_allclose(np.asarray(together[i]), np.asarray(alone), rtol=1e-4, atol=1e-5)
+        _, alone = jax.jit(train)(key)
+        np.testing.assert_allclose(np.asarray(together["loss"][i]), np.asarray(alone["loss"]), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.end_to_end
@@ -374,8 +374,8 @@ def test_every_loss_learns_the_2d_grid_to_l1_below_0_1(loss):
     config = GFlowNetConfig(loss=loss, trainer="jax", iterations=2000, batch_size=16, l1_samples=20_000)
     # gflownet_train.train(config) runs this jit; the test compiles it at XLA's default level
     # because its time goes to running 2,000 iterations, not to compiling (see tests/conftest.py)
-    _, _, terminals = jax.jit(gflownet.make_train(config), compiler_options=RUN_BOUND)(jax.random.key(config.seed))
-    l1 = gflownet.l1_curve(config, np.asarray(terminals), 500)
+    _, metrics = jax.jit(gflownet.make_train(config), compiler_options=RUN_BOUND)(jax.random.key(config.seed))
+    l1 = gflownet.l1_curve(config, np.asarray(metrics["terminals"]), 500)
     assert l1[-1][1] < 0.1, l1
     assert l1[0][1] > l1[-1][1]
 

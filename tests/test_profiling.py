@@ -41,7 +41,7 @@ def heaviest_loop(device: list[profiling.OpTime]) -> profiling.OpTime:
 @pytest.fixture(scope="module")
 def dqn_run(tmp_path_factory):
     """The fully jitted DQN (scan over env steps and updates) on CartPole, a few hundred steps."""
-    config = dqn.DQNConfig(total_steps=300, learning_starts=100, buffer_size=200, batch_size=16, eval_episodes=1)
+    config = dqn.DQNConfig(total_steps=300, learning_starts=100, buffer_size=200, batch_size=16)
     log_dir = tmp_path_factory.mktemp("dqn_profile")
     return log_dir, record(log_dir, jax.jit(dqn_scan.make_train(config)), jax.random.key(0))
 
@@ -74,7 +74,7 @@ def test_dqn_trace_shows_the_jitted_train_and_its_scan_loops(dqn_run):
     host = [op.name for op in trace.top_operations(50, where="host")]
     assert "PjitFunction(train)" in host, host  # the dispatch of the jitted train(key)
     device = trace.top_operations(1000, where="device")
-    # the scans (warm-up, learning, evaluation) became XLA while loops, which hold the other ops
+    # the scans (warm-up, learning) became XLA while loops, which hold the other ops
     loop = heaviest_loop(device)
     # the Q-network's matmuls are in there (XLA:CPU names them dot.N, or dot_*_fusion when fused)
     assert any("dot" in op.name for op in device), [op.name for op in device]

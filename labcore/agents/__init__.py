@@ -22,7 +22,11 @@ losses, the jitted update or whole jitted training run) beside the drivers that 
 
 * ``Config``: the validated config dataclass (``PPOConfig``, ``PQNConfig``, ``DQNConfig``, ``GFlowNetConfig``,
   ``IQNRunConfig``);
-* ``make_train(config) -> train(key)``: all of training as one pure function, to jit and vmap;
+* ``make_train(config, *, callback=None, log_every=1) -> train(key) -> (state, metrics)``: all of training
+  as one pure function, to jit and vmap; ``state`` is the one ``load_checkpoint`` returns (``params`` reads
+  it), each metric [updates, ...]; ``callback`` gets every ``log_every``-th update's metrics on the host while
+  it runs (``ppo``, ``pqn`` and ``dqn`` also take ``env=`` and ``env_params=``, a gymnax env; PPO's with an
+  action mask, as ``labcore.envs.make_masked_env`` gives);
 * ``make_program(config)``: the same training as a ``labcore.loop.Program``;
 * ``train(config, run_dir=None, **options) -> labcore.training_run.RunResult``: ``labcore.loop.train``
   with the program bound (run folder, checkpoints, exact resume, seeds in one vmap);

@@ -8,8 +8,8 @@ module wires together DQN's pure functions (``labcore.agents.dqn.agent.make_dqn`
 and the replay ``buffer``, ``labcore.replay``'s uniform ring).
 
     config = DQNConfig(env_id="CartPole-v1", total_steps=100_000)
-    train = make_train(config)                      # pure: train(key) -> ScanResult
-    result = jax.jit(train)(jax.random.key(0))
+    train = make_train(config)                      # pure: train(key) -> (carry, metrics)
+    carry, metrics = jax.jit(train)(jax.random.key(0))
     many = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 64))   # 64 agents at once
 
 Time is counted in agent steps as in the host loop: each env step of the ``num_envs`` envs adds
@@ -33,24 +33,9 @@ from labcore.agents.dqn.agent import make_dqn
 from labcore.agents.dqn.config import SCAN_NAME as ALGORITHM  # the registry name its checkpoints record
 
 
-class ScanResult(NamedTuple):
-    """What ``train(key)`` returns (``jax.vmap`` over keys adds a leading seed axis to each leaf).
+class Carry(NamedTuple):
+    """The jitted DQN's whole state between iterations: what ``make_train`` ends with and a checkpoint holds."""
 
-    metrics: per iteration, each [num_iterations]:
-        step                agent steps taken by the end of the iteration
-        epsilon             exploration rate used in the iteration
-        episodes            training episodes that ended in the iteration
-        episode_return_sum  the sum of their returns (a curve: ``episode_return_curve``)
-        loss                TD loss of the iteration's update (0 before learning starts)
-    eval_returns: [eval_episodes] returns of the final parameters (epsilon ``config.eval_epsilon``).
-    """
-
-    train_state: dqn.TrainState
-    metrics: dict[str, jax.Array]
-    eval_returns: jax.Array
-
-
-class _Carry(NamedTuple):
     train_state: dqn.TrainState
     buffer: replay.ReplayState
     env_state: Any  # gymnax state, leaves [num_envs, ...]
@@ -66,7 +51,7 @@ class _Carry(NamedTuple):
 RECENT_EPISODES = 20
 
 
-def recent_returns(carry: _Carry) -> tuple[jax.Array, jax.Array]:
+def recent_returns(carry: Carry) -> tuple[jax.Array, jax.Array]:
     """(sum, number) of the returns of the last ``RECENT_EPISODES`` episodes to end (fewer before
     that many have)."""
     count = jnp.minimum(carry.episodes_done, RECENT_EPISODES)
@@ -94,9 +79,9 @@ class ScanParts(NamedTuple):
     """The pieces ``make_train`` is built from, for callers that drive the iterations themselves
     (``labcore.agents.dqn.multi_process`` runs them on every device of a cluster)."""
 
-    init: Callable[[jax.Array, jax.Array, jax.Array], _Carry]  # (params_key, reset_key, loop_key) -> carry
-    iterate: Callable[[_Carry, int, bool], tuple[_Carry, dict[str, jax.Array]]]  # (carry, n, learn)
-    iteration: Callable[[_Carry], tuple[_Carry, dict[str, jax.Array]]]  # one, learning once past the warm-up
+    init: Callable[[jax.Array, jax.Array, jax.Array], Carry]  # (params_key, reset_key, loop_key) -> carry
+    iterate: Callable[..., tuple[Carry, dict[str, jax.Array]]]  # (carry, n, learn, *, callback=None, log_every=1)
+    iteration: Callable[[Carry], tuple[Carry, dict[str, jax.Array]]]  # one, learning once past the warm-up
     evaluate: Callable[[Any, jax.Array], jax.Array]  # (params, key) -> [eval_episodes] returns
     warmup_iterations: int
     learn_iterations: int
@@ -125,7 +110,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
     agent = make_dqn(config, env=env, env_params=env_params, axis_name=axis_name)  # DQN's pure functions
     reset_envs = jax.vmap(env.reset, in_axes=(0, None))
 
-    def env_step(carry: _Carry, _) -> tuple[_Carry, tuple[jax.Array, jax.Array]]:
+    def env_step(carry: Carry, _) -> tuple[Carry, tuple[jax.Array, jax.Array]]:
         """num_envs agent steps: act, step every env, store the transitions."""
         key, act_key, env_key = jax.random.split(carry.key, 3)
         epsilon = dqn.linear_epsilon(carry.step, config)
@@ -151,7 +136,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         )
         return carry, finished
 
-    def iteration(carry: _Carry, learn: bool) -> tuple[_Carry, dict[str, jax.Array]]:
+    def iteration(carry: Carry, learn: bool) -> tuple[Carry, dict[str, jax.Array]]:
         epsilon = dqn.linear_epsilon(carry.step, config)
         carry, (episodes, return_sums) = jax.lax.scan(env_step, carry, None, length=env_steps_per_iteration)
         loss = jnp.float32(0.0)
@@ -169,21 +154,26 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
         }
         return carry, metrics
 
-    def iterate(carry: _Carry, num_iterations: int, learn: bool) -> tuple[_Carry, dict[str, jax.Array]]:
-        """``num_iterations`` iterations (static) with or without updates; metrics [num_iterations]."""
-        return jax.lax.scan(lambda c, _: iteration(c, learn), carry, None, length=num_iterations)
+    def iterate(carry: Carry, num_iterations: int, learn: bool, *, callback=None,
+                log_every: int = 1) -> tuple[Carry, dict[str, jax.Array]]:
+        """``num_iterations`` iterations (static) with or without updates; metrics [num_iterations];
+        ``callback`` as ``labcore.logged_scan.scan_updates``'s, counting iterations."""
+        return logged_scan.scan_updates(lambda c: iteration(c, learn), carry, num_iterations,
+                                        updates_done=lambda c: c.step // config.train_frequency, callback=callback,
+                                        log_every=log_every,
+                                        rows_per_burst=logged_scan.burst_rows(config.train_frequency, log_every))
 
-    def iteration_in_phase(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
+    def iteration_in_phase(carry: Carry) -> tuple[Carry, dict[str, jax.Array]]:
         """One iteration, with its update only once the warm-up iterations are done (for callers
         whose chunks do not stop at the warm-up's end)."""
         # Seeds of a vmapped run share the step: one cond for all of them, not both branches.
         learning = loop.same_for_all_seeds(carry.step) >= warmup_iterations * config.train_frequency
         return jax.lax.cond(learning, lambda c: iteration(c, True), lambda c: iteration(c, False), carry)
 
-    def init(params_key: jax.Array, reset_key: jax.Array, loop_key: jax.Array) -> _Carry:
+    def init(params_key: jax.Array, reset_key: jax.Array, loop_key: jax.Array) -> Carry:
         """Fresh parameters (from params_key), envs (reset_key), an empty buffer, the loop's key."""
         obs, env_state = reset_envs(jax.random.split(reset_key, config.num_envs), env_params)
-        return _Carry(
+        return Carry(
             train_state=agent.init(params_key),
             buffer=agent.buffer.init(agent.example),
             env_state=env_state,
@@ -205,23 +195,36 @@ def run_keys(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array
     return init_key, reset_key, eval_key, loop_key
 
 
-def make_train(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> Callable[[jax.Array], ScanResult]:
-    """A pure ``train(key) -> ScanResult``: all of training as one traced function.
+def make_train(config: dqn.DQNConfig, *, env: Any = None, env_params: Any = None,
+               callback: Callable[[dict[str, np.ndarray]], None] | None = None,
+               log_every: int = 1) -> Callable[[jax.Array], tuple[Carry, dict[str, jax.Array]]]:
+    """A pure ``train(key) -> (carry, metrics)``: all of training as one traced function.
 
-    env, env_params: a gymnax env (default ``envs.make_jax_env(config.env_id)``). Everything is
-    checked here, before tracing: a bad env id or a num_envs that does not divide
+    carry: the final state (``carry.train_state.params``; the state ``make_program`` checkpoints).
+    metrics: per iteration, each [num_iterations]:
+        step                agent steps taken by the end of the iteration
+        epsilon             exploration rate used in the iteration
+        episodes            training episodes that ended in the iteration
+        episode_return_sum  the sum of their returns (a curve: ``episode_return_curve``)
+        loss                TD loss of the iteration's update (0 before learning starts)
+    Its evaluation: ``evaluate(config, params(carry), seed)`` (mean and spread, played with the evaluation
+    key the run of ``jax.random.key(seed)`` leaves unused), or each episode's return under jit and vmap,
+    ``make_evaluate_run(config)``.
+
+    env, env_params: a gymnax env (default ``envs.make_jax_env(config.env_id)``). callback: called on
+    the host with the metrics of every ``log_every``-th iteration while it runs (it changes no number).
+    Everything is checked here, before tracing: a bad env id or a num_envs that does not divide
     train_frequency fails with a message naming the field.
     """
     parts = make_parts(config, env, env_params)
+    logged = dict(callback=callback, log_every=log_every)
 
-    def train(key: jax.Array) -> ScanResult:
-        init_key, reset_key, eval_key, loop_key = run_keys(key)
+    def train(key: jax.Array) -> tuple[Carry, dict[str, jax.Array]]:
+        init_key, reset_key, _, loop_key = run_keys(key)
         carry = parts.init(init_key, reset_key, loop_key)
-        carry, warmup_metrics = parts.iterate(carry, parts.warmup_iterations, False)
-        carry, learn_metrics = parts.iterate(carry, parts.learn_iterations, True)
-        metrics = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), warmup_metrics, learn_metrics)
-        eval_returns = parts.evaluate(carry.train_state.params, eval_key)
-        return ScanResult(carry.train_state, metrics, eval_returns)
+        carry, warmup_metrics = parts.iterate(carry, parts.warmup_iterations, False, **logged)
+        carry, learn_metrics = parts.iterate(carry, parts.learn_iterations, True, **logged)
+        return carry, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), warmup_metrics, learn_metrics)
 
     return train
 
@@ -232,28 +235,30 @@ PLOTTED = ("episode_return", "epsilon", "loss")
 def make_program(config: dqn.DQNConfig, callback=None, log_every: int = 1) -> loop.Program:
     """The jitted DQN as a ``labcore.loop.Program``: an update is one iteration (``train_frequency``
     agent steps, then one gradient step once the replay warm-up is over), so ``log_every`` and
-    ``checkpoint_every`` count iterations. Seeded as ``make_train``: the same ``config.seed`` gives
-    the same parameters and evaluation returns. Rows carry the iteration's metrics (see
-    ``ScanResult``) plus "timesteps" (agent steps) and "episode_return" (the mean return of the
+    ``checkpoint_every`` count iterations. Seeded as ``make_train``: the run of ``config.seed`` ends
+    on the parameters of ``make_train(config)(jax.random.key(config.seed))`` (to XLA's rounding: that
+    one compiles the warm-up and the learning as two loops), and its evaluation is
+    ``evaluate(config, params, config.seed)``. Rows carry the iteration's metrics (see
+    ``make_train``) plus "timesteps" (agent steps) and "episode_return" (the mean return of the
     last ``RECENT_EPISODES`` episodes to end, as the host loop's rows; NaN before the first)."""
     parts = make_parts(config)
 
-    def init(key: jax.Array) -> _Carry:
+    def init(key: jax.Array) -> Carry:
         init_key, reset_key, _, loop_key = run_keys(key)
         return parts.init(init_key, reset_key, loop_key)
 
-    def update(carry: _Carry) -> tuple[_Carry, dict[str, jax.Array]]:
+    def update(carry: Carry) -> tuple[Carry, dict[str, jax.Array]]:
         carry, metrics = parts.iteration(carry)
         total, count = recent_returns(carry)
         mean_return = jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
         return carry, {**metrics, "timesteps": metrics["step"], "episode_return": mean_return}
 
-    def run(carry: _Carry, num_updates: int) -> tuple[_Carry, dict[str, jax.Array]]:
+    def run(carry: Carry, num_updates: int) -> tuple[Carry, dict[str, jax.Array]]:
         return logged_scan.scan_updates(update, carry, num_updates, updates_done=lambda c: c.step // config.train_frequency,
                                         callback=callback, log_every=log_every,
                                         rows_per_burst=logged_scan.burst_rows(config.train_frequency, log_every))
 
-    def evaluate_state(carry: _Carry, seed: int) -> dict[str, Any]:
+    def evaluate_state(carry: Carry, seed: int) -> dict[str, Any]:
         return evaluation(config, parts.evaluate, carry.train_state.params, seed)
 
     return loop.Program(
@@ -280,48 +285,60 @@ train = loop.trainer(make_program, "the jitted DQN")
 
 
 def evaluate(config: dqn.DQNConfig, params: Any, seed: int = 0) -> dict[str, Any]:
-    """``config.eval_episodes`` episodes at ``config.eval_epsilon`` with the key ``make_train``
-    gives its evaluation for ``seed``: their mean and spread."""
-    env, env_params = envs.make_jax_env(config.env_id)
-    return evaluation(config, make_evaluate(config, env, env_params), params, seed)
+    """``config.eval_episodes`` episodes at ``config.eval_epsilon`` with the evaluation key the run of
+    ``jax.random.key(seed)`` splits off and leaves for this (``run_keys``): their mean and spread."""
+    return evaluation(config, make_evaluate(config), params, seed)
 
 
 def evaluation(config: dqn.DQNConfig, play: Callable, params: Any, seed: int) -> dict[str, Any]:
-    """The summary entries of ``play(params, key)`` (a ``make_evaluate`` function) with the key
-    ``make_train`` gives its evaluation for ``seed``."""
+    """The summary entries of ``play(params, key)`` (a ``make_evaluate`` function) with the evaluation key
+    of the run of ``jax.random.key(seed)`` (``run_keys``)."""
     _, _, eval_key, _ = run_keys(jax.random.key(seed))
     played = np.asarray(jax.jit(play)(params, eval_key))
     return {"eval_episodes": config.eval_episodes, "eval_epsilon": config.eval_epsilon,
             "eval_return_mean": float(played.mean()), "eval_return_std": float(played.std())}
 
 
-def params(carry: _Carry) -> Any:
+def params(carry: Carry) -> Any:
     """The Q-network's parameters in a state of ``train`` or ``load_checkpoint``."""
     return carry.train_state.params
 
 
-def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, _Carry]:
+def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, Carry]:
     """(config, carry) from a run folder of ``train`` or its checkpoints/ folder (default: newest)."""
     return loop.load_checkpoint(path, dqn.DQNConfig, make_program, step, algorithm=ALGORITHM)
 
 
 def make_evaluate(
-    config: dqn.DQNConfig, env: Any, env_params: Any, epsilon: float | None = None
+    config: dqn.DQNConfig, env: Any = None, env_params: Any = None, epsilon: float | None = None
 ) -> Callable[[Any, jax.Array], jax.Array]:
     """A pure ``evaluate(params, key) -> [eval_episodes] returns``: one episode per env, no learning.
 
     All episodes run side by side for the env's step limit; each return counts rewards up to
-    that env's first episode end. epsilon: default ``config.eval_epsilon`` (0 for greedy).
+    that env's first episode end. env, env_params: a gymnax env (default: ``config.env_id``'s).
+    epsilon: default ``config.eval_epsilon`` (0 for greedy).
     """
+    if env is None:
+        env, default_params = envs.make_jax_env(config.env_id)
+        env_params = default_params if env_params is None else env_params
     if epsilon is not None:
         config = dataclasses.replace(config, eval_epsilon=epsilon)
     return make_dqn(config, env=env, env_params=env_params).evaluate
 
 
+def make_evaluate_run(config: dqn.DQNConfig, *, env: Any = None,
+                      env_params: Any = None) -> Callable[[Any, jax.Array], jax.Array]:
+    """A pure ``evaluate_run(params, key) -> [eval_episodes] returns``: ``make_evaluate``'s episodes played
+    with the evaluation key the run of ``key`` splits off (``run_keys``), so that under jit and vmap
+    it plays what ``evaluate(config, params, seed)`` plays for the run of ``jax.random.key(seed)``."""
+    play = make_evaluate(config, env, env_params)
+    return lambda params, key: play(params, run_keys(key)[2])
+
+
 def episode_return_curve(metrics: dict[str, Any], window: int = 20) -> tuple[np.ndarray, np.ndarray]:
     """(agent steps, mean return of the last ``window`` iterations' finished episodes), on the host.
 
-    metrics: ``ScanResult.metrics``, [num_iterations] leaves, or [seeds, num_iterations] after
+    metrics: ``make_train``'s metrics, [num_iterations] leaves, or [seeds, num_iterations] after
     vmap (then the curves are [seeds, num_iterations]). Before any episode ends the value is NaN.
     """
     steps = np.asarray(metrics["step"])

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from labcore import losses
+from labcore import logged_scan, losses
 from labcore.agents.gflownet.config import LOSSES, TRAINERS, GFlowNetConfig  # noqa: F401 (core.GFlowNetConfig, as before)
 from labcore.envs import hypergrid
 from labcore.envs.hypergrid import HyperGrid, Trajectories, encode
@@ -324,19 +326,60 @@ def iteration_keys(config: GFlowNetConfig, loop_key: jax.Array) -> jax.Array:
     return jax.random.split(loop_key, config.iterations)
 
 
-def make_train(config: GFlowNetConfig):
-    """A pure ``train(key) -> (params, losses [iterations], terminal indices [iterations, B])``:
-    every iteration (sample, loss, gradient, optax step) inside one lax.scan; jit it, vmap it."""
+class TrainState(NamedTuple):
+    """Everything the all-JAX trainer carries from one iteration to the next (``make_train``'s state and the
+    state ``labcore.agents.gflownet.run``'s program checkpoints)."""
+
+    params: dict[str, Any]
+    opt_state: Any
+    loop_key: jax.Array  # iteration i samples with iteration_keys(config, loop_key)[i]
+    iteration: jax.Array  # int32 [], iterations done
+    recent: jax.Array  # int32 [l1_samples]: state_index of the last l1_samples terminal states, a ring
+
+
+def init_state(config: GFlowNetConfig, optimizer, key: jax.Array) -> TrainState:
+    """A run's first state from its key (``start``'s parameters, optimiser state and loop key; an empty ring)."""
+    params, opt_state, loop_key = start(config, optimizer, key)
+    return TrainState(params, opt_state, loop_key, jnp.int32(0), jnp.zeros(config.l1_samples, jnp.int32))
+
+
+def make_step(config: GFlowNetConfig, optimizer=None):
+    """A pure ``step(state, key) -> (state, loss, terminals [B])``: one ``make_iteration`` with ``key``, the
+    count of iterations done and the ring of the last ``l1_samples`` terminal indices brought up to date
+    (a batch larger than the ring keeps its last samples only)."""
+    iteration = make_iteration(config, optimizer or make_optimizer(config))
+    batch, ring = config.batch_size, config.l1_samples
+    kept = min(batch, ring)
+
+    def step(state: TrainState, key: jax.Array) -> tuple[TrainState, jax.Array, jax.Array]:
+        params, opt_state, loss, terminals = iteration(state.params, state.opt_state, key)
+        slots = (state.iteration * batch + batch - kept + jnp.arange(kept)) % ring
+        recent = state.recent.at[slots].set(terminals[batch - kept:])
+        return TrainState(params, opt_state, state.loop_key, state.iteration + 1, recent), loss, terminals
+
+    return step
+
+
+def make_train(config: GFlowNetConfig, *, callback: Callable[[dict[str, np.ndarray]], None] | None = None,
+               log_every: int = 1) -> Callable[[jax.Array], tuple[TrainState, dict[str, jax.Array]]]:
+    """A pure ``train(key) -> (state, metrics)``: every iteration (sample, loss, gradient, optax step) inside
+    one lax.scan; jit it, vmap it. ``state`` is the final ``TrainState`` (``state.params``); metrics:
+    ``loss`` [iterations] and ``terminals`` [iterations, B] (the samples' ``hypergrid.state_index``).
+    callback: called on the host with the metrics of every ``log_every``-th iteration while it runs
+    (``labcore.logged_scan.scan_updates``; it changes no number)."""
     optimizer = make_optimizer(config)
-    iteration = make_iteration(config, optimizer)
+    step = make_step(config, optimizer)
 
-    def scanned(carry, key):
-        params, opt_state, loss, terminals = iteration(*carry, key)
-        return (params, opt_state), (loss, terminals)
+    def train(key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        state = init_state(config, optimizer, key)
+        keys = iteration_keys(config, state.loop_key)
 
-    def train(key: jax.Array):
-        params, opt_state, loop_key = start(config, optimizer, key)
-        (params, _), (losses_, terminals) = jax.lax.scan(scanned, (params, opt_state), iteration_keys(config, loop_key))
-        return params, losses_, terminals
+        def update(state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+            state, loss, terminals = step(state, keys[state.iteration])
+            return state, {"loss": loss, "terminals": terminals}
+
+        return logged_scan.scan_updates(update, state, config.iterations, updates_done=lambda state: state.iteration,
+                                        callback=callback, log_every=log_every,
+                                        rows_per_burst=logged_scan.burst_rows(config.batch_size, log_every))
 
     return train

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,21 +35,11 @@ import numpy as np
 from labcore import logged_scan, loop, training_run
 from labcore.agents.gflownet import core
 from labcore.agents.gflownet.config import NAME as ALGORITHM  # the registry name its checkpoints record
-from labcore.agents.gflownet.core import GFlowNetConfig
+from labcore.agents.gflownet.core import GFlowNetConfig, TrainState
 from labcore.envs import hypergrid
 from labcore.training_run import TrainingRun
 
 PLOTTED = ("loss", "l1")
-
-
-class TrainState(NamedTuple):
-    """Everything the all-JAX trainer carries from one iteration to the next."""
-
-    params: dict[str, Any]
-    opt_state: Any
-    loop_key: jax.Array  # iteration i samples with core.iteration_keys(config, loop_key)[i], as make_train
-    iteration: jax.Array  # int32 [], iterations done
-    recent: jax.Array  # int32 [l1_samples]: state_index of the last l1_samples terminal states, a ring
 
 
 def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> loop.Program:
@@ -60,25 +50,19 @@ def make_program(config: GFlowNetConfig, callback=None, log_every: int = 1) -> l
         raise ValueError(f"trainer: make_program builds the all-JAX trainer (trainer='jax'), got {config.trainer!r}; "
                          "labcore.agents.gflownet.train runs the host trainers")
     optimizer = core.make_optimizer(config)
-    iteration = core.make_iteration(config, optimizer)
+    step = core.make_step(config, optimizer)
     grid, batch, ring = config.grid, config.batch_size, config.l1_samples
-    kept = min(batch, ring)  # a batch larger than the ring keeps its last samples only
     target = jnp.asarray(hypergrid.target_distribution(grid), jnp.float32)
 
     def init(key: jax.Array) -> TrainState:
-        params, opt_state, loop_key = core.start(config, optimizer, key)  # as make_train
-        return TrainState(params, opt_state, loop_key, jnp.int32(0), jnp.zeros(ring, jnp.int32))
+        return core.init_state(config, optimizer, key)  # as make_train
 
     def update(state: TrainState, key: jax.Array) -> tuple[TrainState, loop.Metrics]:
-        params, opt_state, loss, terminals = iteration(state.params, state.opt_state, key)
-        slots = (state.iteration * batch + batch - kept + jnp.arange(kept)) % ring
-        recent = state.recent.at[slots].set(terminals[batch - kept:])
-        done = state.iteration + 1
-        filled = jnp.minimum(done * batch, ring)  # the ring fills from slot 0 up
-        counts = jnp.zeros(grid.num_states, jnp.float32).at[recent].add((jnp.arange(ring) < filled).astype(jnp.float32))
+        state, loss, _ = step(state, key)
+        filled = jnp.minimum(state.iteration * batch, ring)  # the ring fills from slot 0 up
+        counts = jnp.zeros(grid.num_states, jnp.float32).at[state.recent].add((jnp.arange(ring) < filled).astype(jnp.float32))
         l1 = jnp.abs(counts / filled - target).sum()
-        return TrainState(params, opt_state, state.loop_key, done, recent), {
-            "loss": loss, "l1": l1, "trajectories": done * batch}
+        return state, {"loss": loss, "l1": l1, "trajectories": state.iteration * batch}
 
     def run(state: TrainState, n: int) -> tuple[TrainState, loop.Metrics]:
         first = state.iteration

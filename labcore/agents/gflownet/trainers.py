@@ -71,9 +71,10 @@ def train_jax(config: GFlowNetConfig, log_every: int = 100) -> dict[str, Any]:
     started = time.perf_counter()
     compiled = train.lower(key).compile()
     compiled_at = time.perf_counter()
-    params, losses, terminals = jax.block_until_ready(compiled(key))
+    state, metrics = jax.block_until_ready(compiled(key))
     finished = time.perf_counter()
-    return {"losses": np.asarray(losses).tolist(), "l1": gflownet.l1_curve(config, terminals, log_every), "params": params,
+    return {"losses": np.asarray(metrics["loss"]).tolist(), "l1": gflownet.l1_curve(config, metrics["terminals"], log_every),
+            "params": state.params,
             "seconds": {"compile": compiled_at - started, "fused iteration": finished - compiled_at}}
 
 

@@ -144,10 +144,11 @@ def make_program(config: IQNRunConfig, callback=None, log_every: int = 1) -> loo
     )
 
 
-def make_train(config: IQNRunConfig):
+def make_train(config: IQNRunConfig, *, callback=None, log_every: int = 1):
     """A pure ``train(key) -> (WorldRun, metrics)``: the fused mode's whole run as one traced
-    function (``make_program``'s epochs in one ``lax.scan``; metrics leaves [epochs, ...])."""
-    program = make_program(config)
+    function (``make_program``'s epochs in one ``lax.scan``; metrics leaves [epochs, ...]; ``callback``
+    gets every ``log_every``-th epoch's metrics on the host while it runs)."""
+    program = make_program(config, callback, log_every)
     return lambda key: program.run(program.init(key), config.epochs)
 
 

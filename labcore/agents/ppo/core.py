@@ -338,13 +338,14 @@ def policy_returns(agent: PPO, params: Any, key: jax.Array, num_episodes: int = 
 
 def make_train(
     config: PPOConfig,
+    *,
     env: Any = None,
     env_params: Any = None,
     callback: Callable[[dict[str, np.ndarray]], None] | None = None,
     log_every: int = 1,
 ) -> Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]:
     """PureJaxRL's entry point: a pure ``train(key) -> (runner, metrics)``; wrap it in jax.jit
-    (and jax.vmap for seeds). Same arguments as ``make_ppo``, which also gives init/run/policy."""
+    (and jax.vmap for seeds). The options of ``make_ppo`` (keyword-only here), which also gives init/run/policy."""
     return make_ppo(config, env, env_params, callback, log_every).train
 
 

@@ -312,11 +312,12 @@ def _atari_evaluation(config: PQNConfig, network: hk.Transformed) -> Callable[[A
 
 def make_train(
     config: PQNConfig,
+    *,
     env: Any = None,
     env_params: Any = None,
     callback: Callable[[dict[str, np.ndarray]], None] | None = None,
     log_every: int = 1,
 ) -> Callable[[jax.Array], tuple[RunnerState, dict[str, jax.Array]]]:
     """A pure ``train(key) -> (runner, metrics)``: wrap it in jax.jit (and jax.vmap for seeds).
-    Same arguments as ``make_pqn``, which also gives init/run/evaluate."""
+    The options of ``make_pqn`` (keyword-only here), which also gives init/run/evaluate."""
     return make_pqn(config, env, env_params, callback, log_every).train
