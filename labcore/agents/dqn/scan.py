@@ -75,6 +75,15 @@ def iteration_counts(config: dqn.DQNConfig) -> tuple[int, int]:
     return warmup, total - warmup
 
 
+def gymnax_env(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> tuple[Any, Any]:
+    """(env, env_params): the gymnax ``env`` given, else ``envs.make_jax_env(config.env_id)``'s; the
+    ``env_params`` given, else that env's defaults."""
+    if env is None:
+        env, default_params = envs.make_jax_env(config.env_id)
+        return env, default_params if env_params is None else env_params
+    return env, env.default_params if env_params is None else env_params
+
+
 class ScanParts(NamedTuple):
     """The pieces ``make_train`` is built from, for callers that drive the iterations themselves
     (``labcore.agents.dqn.multi_process`` runs them on every device of a cluster)."""
@@ -93,11 +102,7 @@ def make_parts(config: dqn.DQNConfig, env: Any = None, env_params: Any = None, a
     axis_name: average each update's gradients over this mapped axis (``dqn.make_update``), for
     data parallelism under ``jax.shard_map`` / ``jax.pmap``.
     """
-    if env is None:
-        env, default_params = envs.make_jax_env(config.env_id)
-        env_params = default_params if env_params is None else env_params
-    elif env_params is None:
-        env_params = env.default_params
+    env, env_params = gymnax_env(config, env, env_params)
     if config.train_frequency % config.num_envs:
         raise ValueError(
             f"DQNConfig.num_envs must divide train_frequency ({config.train_frequency}) for the jitted DQN, "
@@ -318,9 +323,7 @@ def make_evaluate(
     that env's first episode end. env, env_params: a gymnax env (default: ``config.env_id``'s).
     epsilon: default ``config.eval_epsilon`` (0 for greedy).
     """
-    if env is None:
-        env, default_params = envs.make_jax_env(config.env_id)
-        env_params = default_params if env_params is None else env_params
+    env, env_params = gymnax_env(config, env, env_params)
     if epsilon is not None:
         config = dataclasses.replace(config, eval_epsilon=epsilon)
     return make_dqn(config, env=env, env_params=env_params).evaluate
