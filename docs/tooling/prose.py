@@ -3,9 +3,9 @@
 A learner needs to know which machine a figure came from and what a budget does, not which process
 of the project ran what, nor targets the text never stated. Two kinds of phrase are looked for:
 
-* ``HOW_MADE``, how the work was done: its sittings and sessions, time slots and borrowed machines,
-  what "the next measurement" will be, targets never stated, stubs and commits as a story. Nowhere
-  a reader looks: every lesson cell, every docs page (the development guide, the changelog and the
+* ``HOW_MADE``, phrases about the course's own making instead of what the reader meets (the patterns
+  below): where the reader needs the budget, the machine and the date a figure came from, what is
+  measured or not known, and what the code does. Nowhere a reader looks: every lesson cell, every docs page (the development guide, the changelog and the
   history of the measurements included: a commit there identifies what was measured, and may be
   named), labcore's source (its docstrings are the API reference, its help the command line's),
   the benchmarks and their README;
@@ -43,17 +43,17 @@ ABOUT_TESTS = [
 _ANY_CASE = re.IGNORECASE
 HOW_MADE = [
     (re.compile(r"(?<!\bone )(?<!\ba single )\bsittings?\b", _ANY_CASE),  # "read in one sitting" is the reader's
-     "a sitting of the work: name the machine and the date of the run"),
+     "say which machine ran it, and on which date"),
     (re.compile(r"\b(?:this|that|the next|the last|a previous|an earlier|a later) (?:work(?:ing)? )?session\b", _ANY_CASE),
-     "a session of the work: name the machine and the date of the run"),
+     "say which machine ran it, and on which date"),
     (re.compile(r"\bshort slots?\b|\bcomes? in slots\b|\bfits? (?:a|the) slot\b|\bbefore a slot\b|\bthe slot measures\b", _ANY_CASE),
-     "a slot of the work's time: say what limits the time (a job's limit, a Colab session)"),
+     "say what limits the time (the budget, a job's limit, a Colab session)"),
     (re.compile(r"\bborrowed\b|\b(?:machine|GPU|device)s? lent\b|\blent (?:machine|GPU|device)s?\b|\b(?:GPU|machine) (?:is )?lent\b", _ANY_CASE),
-     "a machine lent to the work: name the machine"),
+     "name the machine the figure came from"),
     (re.compile(r"\bthe next (?:measurement|command|thing to (?:measure|try))\b|\bthe next sitting\b", _ANY_CASE),
-     "what the work will do next: say what is measured, or what is not known"),
+     "say what is measured, or what is not known"),
     (re.compile(r"\bdid not fit in the\b|\bshort of the \d|\bstill short of\b", _ANY_CASE),
-     "a target or a budget of the work: compare with a named reference"),
+     "compare with a named reference, or give the budget"),
     (re.compile(r"\bstubbed out\b", _ANY_CASE), "how the code was once written: say what it does"),
     (re.compile(r"\bat commit [0-9a-f]{7,},? the last\b|\bthe last (?:commit )?that has (?:it|them)\b", _ANY_CASE),
      "a commit as part of a story: say what the code does, or name the version measured"),
