@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from labcore import budget
 from labcore.course import exercises, primitives
 from labcore.course.lessons.nb10_debugging import exercises as nb10_debugging
 
@@ -361,11 +362,19 @@ WITH_SOLUTIONS = [name for name in exercises.names() if exercises.get(name).solu
 WITH_MISTAKES = [(name, label) for name in exercises.names() for label, _ in exercises.get(name).mistakes]
 
 
+# A check draws fresh inputs for each of the exercise's trials (and runs its edge cases), and a
+# right answer is run on every one of them, a wrong one only until it fails. Under LABCORE_QUICK=1
+# (as in CI) a right answer is checked on one trial and one seed: the draws that tell right from
+# wrong stay in the classic-mistake tests below and in tests/test_exercise_alternatives.py.
+SOLUTION_SEEDS = budget(full=(0, 1), quick=(0,))
+PASSING_TRIALS = budget(full=None, quick=1)  # None: the exercise's own number of trials
+
+
 @pytest.mark.parametrize("name", WITH_SOLUTIONS)
 def test_worked_solution_passes_and_differs_from_the_reference(name):
     exercise = exercises.get(name)
-    assert exercises.check(name, exercise.solution, seed=0, verbose=False)
-    assert exercises.check(name, exercise.solution, seed=1, verbose=False)
+    for seed in SOLUTION_SEEDS:
+        assert exercises.check(name, exercise.solution, seed=seed, trials=PASSING_TRIALS, verbose=False), seed
     # Two different correct answers: the solution is written out, not the reference renamed.
     import inspect
 
@@ -470,7 +479,7 @@ def test_a_lesson_module_imported_before_the_rest_of_the_course_finds_the_framew
 
 @pytest.mark.parametrize("name", sorted(RIGHT))
 def test_right_answer_passes(name, capsys):
-    assert exercises.check(name, RIGHT[name], seed=0) is True
+    assert exercises.check(name, RIGHT[name], seed=0, trials=PASSING_TRIALS) is True
     assert capsys.readouterr().out.startswith(f"PASS  {name}")
 
 
@@ -489,7 +498,7 @@ def test_wrong_answer_fails_without_raising(name, capsys):
 def test_reference_passes_its_own_check(name):
     # (An exercise run under a wrapper, such as pmap, compares with the whole computation's result,
     # which is not itself an answer to run under the wrapper; its RIGHT answer covers it.)
-    assert exercises.check(name, exercises.get(name).reference, verbose=False)
+    assert exercises.check(name, exercises.get(name).reference, trials=PASSING_TRIALS, verbose=False)
 
 
 def test_unfinished_exercise_is_reported_as_not_written(capsys):
