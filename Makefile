@@ -1,6 +1,7 @@
 # Two commands on a fresh clone (only Python 3.11 and make needed):
 #   make lab    build .venv from requirements.txt if needed, then open JupyterLab on notebooks/
-#   make test   build the same .venv, then run the unit tests and every notebook (nbval)
+#   make test   build the same .venv, then run the unit tests and every notebook (nbval): its two
+#               parts, `make test-unit` then `make test-notebooks`, which CI runs apart
 # With CI=true, `make test` sets LABCORE_QUICK=1, which shrinks every training budget.
 #   make test-compat  the notebooks (all but 06, 09) on the oldest stack pyproject.toml allows, with labcore
 #                     installed as the Colab cell installs it (CI runs it after make test);
@@ -57,7 +58,7 @@ NOTEBOOK_WORKERS ?= 1
 XDIST_UNIT := -n $(TEST_WORKERS) --dist worksteal
 XDIST_NOTEBOOKS := -n $(NOTEBOOK_WORKERS) --dist loadfile
 
-.PHONY: lab test test-compat venv doctor colab-sync docs docs-check bench-device gpu-compiler
+.PHONY: lab test test-unit test-notebooks test-compat venv doctor colab-sync docs docs-check bench-device gpu-compiler
 
 venv: $(PACKAGE_STAMP)
 
@@ -98,11 +99,20 @@ $(GPU_COMPILER_STAMP): $(STAMP)
 gpu-compiler: $(GPU_COMPILER_STAMP)
 GPU_COMPILER_FOR_TESTS := $(if $(and $(filter Linux,$(shell uname -s)),$(filter x86_64 aarch64,$(shell uname -m))),$(GPU_COMPILER_STAMP))
 
+# `make test` is `make test-unit` then `make test-notebooks` (the notebooks run even when a unit test
+# fails). CI (.ci/run) runs the two apart, so that the notebooks share the machine with test-compat.
 test: $(PACKAGE_STAMP) $(GPU_COMPILER_FOR_TESTS)
+	$(MAKE) --no-print-directory test-unit; unit=$$?; \
+	$(MAKE) --no-print-directory test-notebooks; notebooks=$$?; \
+	test $$unit -eq 0 && test $$notebooks -eq 0
+
+test-unit: $(PACKAGE_STAMP) $(GPU_COMPILER_FOR_TESTS)
 	$(BIN)/python -m pytest tests $(XDIST_UNIT) -m "not several_processes" --durations=10; shared=$$?; \
 	$(BIN)/python -m pytest tests -m several_processes --durations=5; alone=$$?; \
-	$(BIN)/python -m pytest notebooks $(XDIST_NOTEBOOKS) -p docs.tooling.record_outputs --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10; \
-	notebooks=$$?; test $$shared -eq 0 && test $$alone -eq 0 && test $$notebooks -eq 0
+	test $$shared -eq 0 && test $$alone -eq 0
+
+test-notebooks: $(PACKAGE_STAMP)
+	$(BIN)/python -m pytest notebooks $(XDIST_NOTEBOOKS) -p docs.tooling.record_outputs --nbval-lax --nbval-current-env --nbval-cell-timeout=$(CELL_TIMEOUT) --durations=10
 
 doctor: $(PACKAGE_STAMP)
 	$(BIN)/python -m labcore doctor
