@@ -4,7 +4,7 @@
 #               parts, `make test-unit` then `make test-notebooks`, which CI runs apart
 # With CI=true, `make test` sets LABCORE_QUICK=1, which shrinks every training budget.
 #   make test-compat  the notebooks (all but 06, 09) on the oldest stack pyproject.toml allows, with labcore
-#                     installed as the Colab cell installs it (CI runs it after make test);
+#                     installed as the Colab cell installs it (CI runs it beside make test-notebooks);
 #                     COMPAT_UNIT=1 runs the unit tests there too
 #   make wheelhouse   wheels of labcore and all it needs, for a machine with no network: PY=3.12,
 #                     PLATFORM=manylinux_2_28_x86_64, SKIP="jax==0.11.2 jaxlib==0.11.2 torch" (see below)
@@ -101,7 +101,7 @@ GPU_COMPILER_FOR_TESTS := $(if $(and $(filter Linux,$(shell uname -s)),$(filter 
 
 # `make test` is `make test-unit` then `make test-notebooks` (the notebooks run even when a unit test
 # fails). CI (.ci/run) runs the two apart, so that the notebooks share the machine with test-compat.
-test: $(PACKAGE_STAMP) $(GPU_COMPILER_FOR_TESTS)
+test:
 	$(MAKE) --no-print-directory test-unit; unit=$$?; \
 	$(MAKE) --no-print-directory test-notebooks; notebooks=$$?; \
 	test $$unit -eq 0 && test $$notebooks -eq 0
