@@ -11,18 +11,28 @@ import pytest
 
 # Before anything imports jax: 8 simulated CPU devices for the data-parallel tests (a process
 # gets its device count once), the scheduler setting that avoids jax 0.10.2's CPU hang when whole
-# training runs are vmapped (labcore/__main__.py sets the same flag and says why), and LLVM at -O0. The unit tests are
-# compile-bound: most compile a small program and run it for well under a second, and XLA's CPU
-# backend at -O0 compiles about 40% faster (tests/ on the 2-core machine: 946 s -> 780 s) while
-# computing the same functions. A test whose time goes to running one long program compiles
-# that program at XLA's default level instead (jax.jit(..., compiler_options=...), as
-# test_gflownet's learning tests do). Processes the tests launch inherit the flags. The
-# notebooks run in their own pytest invocation (see the Makefile) and compile like a user's
-# session, with XLA's defaults.
+# training runs are vmapped (labcore/__main__.py sets the same flag and says why), then two settings
+# that make XLA's CPU backend compile faster and compute the same functions (to the rounding of
+# floats, for the second). The unit tests are compile-bound: most compile a small program and run
+# it for well under a second.
+# - LLVM at -O0: about 40% faster compiles (tests/ on the 2-core machine: 946 s -> 780 s).
+# - XLA's older loop emitters instead of its MLIR fusion emitters (xla_cpu_use_fusion_emitters=false).
+#   On a 2-core AMD EPYC (jax 0.10.2, LABCORE_QUICK=1, at -O0 either way), the smallest runs of PPO,
+#   PQN, the jitted DQN, IQN and the GFlowNet trained in 67.2 s with the fusion emitters and 48.0 s
+#   without, and 20 tests (test_equivalence's, the registry's PPO test, the pqn_update exercise's
+#   worked solution) passed in 441 s and 294 s, one process, one run after the other.
+#   The two emitters may round a fusion's floats differently, so two different programs that end
+#   on the same bits under the default may not under this: the one test whose claim is such an
+#   equality compiles with the default (the ``xla_default_emitters`` fixture below).
+# A test whose time goes to running one long program compiles that program at XLA's default level instead
+# (jax.jit(..., compiler_options=...), as test_gflownet's learning tests do). Processes the tests
+# launch inherit the flags. The notebooks run in their own pytest invocation (see the Makefile) and
+# compile like a user's session, with XLA's defaults.
 _FLAGS = (
     "--xla_force_host_platform_device_count=8",
     "--xla_cpu_enable_concurrency_optimized_scheduler=false",
     "--xla_backend_optimization_level=0",
+    "--xla_cpu_use_fusion_emitters=false",
 )
 os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", "")] + [flag for flag in _FLAGS if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]
@@ -68,6 +78,31 @@ def _drop_compiled_programs():
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
     gc.collect()
+
+
+@pytest.fixture
+def xla_default_emitters(monkeypatch):
+    """Compile this test's programs with XLA's default CPU loop emitters (the fusion emitters), which
+    the suite turns off (see _FLAGS): for a test whose claim is that two different programs end on
+    the same bits, as they do in a user's session. XLA_FLAGS are read once per process, so this
+    passes the setting with each compilation instead, through jax's own compile-options helper
+    (private: if jax stops compiling through it, the test fails here, not silently)."""
+    import jax
+    from jax._src import compiler
+
+    plain = compiler.get_compile_options
+    compiled = []
+
+    def with_default_emitters(*args, env_options_overrides=None, **kwargs):
+        compiled.append(True)
+        overrides = {**(env_options_overrides or {}), "xla_cpu_use_fusion_emitters": True}
+        return plain(*args, env_options_overrides=overrides, **kwargs)
+
+    jax.clear_caches()  # nothing compiled before this test is reused
+    monkeypatch.setattr(compiler, "get_compile_options", with_default_emitters)
+    yield
+    jax.clear_caches()  # nor is anything compiled here reused after it
+    assert compiled, "no program was compiled through jax._src.compiler.get_compile_options"
 
 
 @pytest.fixture
