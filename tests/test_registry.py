@@ -84,44 +84,52 @@ def test_every_algorithm_trains_resumes_loads_and_evaluates_in_python_and_on_the
 
 
 def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> None:
-    """The whole contract of registry algorithm ``name``, from its smallest config, in Python and on the command line."""
+    """The whole contract of registry algorithm ``name``, from its smallest config, in Python and on the command line.
+
+    A run is trained in Python, interrupted (its newest checkpoint removed) and resumed in Python; the command line
+    trains its own run from the saved config.json, interrupted and resumed too. The resumed run loads, ends where the
+    uninterrupted one did (where the algorithm is repeatable) and evaluates the same in Python and on the command
+    line. Under LABCORE_QUICK=1 (as in CI) one run is trained, not three: the command line resumes an interrupted
+    copy of the Python run, and that resumed run is the one loaded, compared and evaluated."""
     algorithm = registry.get(name)
     config = tiny_config(name)
     checkpoint_every, settings = smallest_run(name)
     options = dict(checkpoint_every=checkpoint_every, progress=False, **settings)
 
-    # Python: a run folder holding what the registry says, a resume after an interruption, a load, an evaluation
+    # Python: a run folder holding what the registry says, and (full budget) a resume after an interruption
     run = tmp_path / "python"
     first = algorithm.train(config, run, **options)
     for entry in algorithm.run_folder:
         assert list(run.glob(entry.rstrip("/"))), f"{name}'s run folder has no {entry}"
-    interrupted(run)
-    resumed = algorithm.train(config, run, resume=True, **options)
-    assert resumed.summary["updates"] == first.summary["updates"]
-    loaded_config, state = algorithm.load_checkpoint(run)
-    assert loaded_config == config
-    params = algorithm.params(state)
-    if algorithm.repeatable:  # the resumed run ends where the uninterrupted one did, bit for bit
-        assert same_leaves(algorithm.params(first.state), params)
-    report = algorithm.evaluate(loaded_config, params, seed=0)
-    assert a_report_of_numbers(report), report
-    capsys.readouterr()
-
-    # The command line, from the saved config.json: the same run, resumed, then evaluated. Under
-    # LABCORE_QUICK=1 (as in CI) it resumes a copy of the Python run instead of training its own first:
-    # one training fewer, the same resume from the command line.
     command_run = tmp_path / "command-line"
-    flags = [flag for key, value in settings.items() for flag in (f"--{key.replace('_', '-')}", str(value))]
-    train = ["train", name, "--config", str(run / "config.json"), "--run-dir", str(command_run), "--no-progress",
-             "--checkpoint-every", str(checkpoint_every), *flags]
     if is_quick():
         shutil.copytree(run, command_run)
     else:
+        interrupted(run)
+        resumed = algorithm.train(config, run, resume=True, **options)
+        assert resumed.summary["updates"] == first.summary["updates"]
+
+    # The command line, from the saved config.json: its own run (full budget), interrupted, resumed
+    flags = [flag for key, value in settings.items() for flag in (f"--{key.replace('_', '-')}", str(value))]
+    train = ["train", name, "--config", str(run / "config.json"), "--run-dir", str(command_run), "--no-progress",
+             "--checkpoint-every", str(checkpoint_every), *flags]
+    if not is_quick():
         assert cli.main(train) == 0
     interrupted(command_run)
     assert cli.main([*train, "--resume"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["updates"] == first.summary["updates"]
-    assert cli.main(["eval", name, "--checkpoint", str(command_run), "--seed", "0"]) == 0
+
+    # A resumed run loads, ends where the uninterrupted one did, and evaluates the same in Python and on the command line
+    resumed_run = command_run if is_quick() else run
+    loaded_config, state = algorithm.load_checkpoint(resumed_run)
+    assert loaded_config == config
+    params = algorithm.params(state)
+    if algorithm.repeatable:  # bit for bit
+        assert same_leaves(algorithm.params(first.state), params)
+    report = algorithm.evaluate(loaded_config, params, seed=0)
+    assert a_report_of_numbers(report), report
+    capsys.readouterr()
+    assert cli.main(["eval", name, "--checkpoint", str(resumed_run), "--seed", "0"]) == 0
     evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert evaluated["algorithm"] == name and evaluated["seed"] == 0
     if algorithm.repeatable:  # the same config, seed and program: the same parameters, the same evaluation
