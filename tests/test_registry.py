@@ -87,16 +87,16 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
     """The whole contract of registry algorithm ``name``, from its smallest config, in Python and on the command line.
 
     A run is trained in Python, interrupted (its newest checkpoint removed) and resumed in Python; the command line
-    trains its own run from the saved config.json, interrupted and resumed too. The resumed run loads, ends where the
-    uninterrupted one did (where the algorithm is repeatable) and evaluates the same in Python and on the command
-    line. Under LABCORE_QUICK=1 (as in CI) one run is trained, not three: the command line resumes an interrupted
-    copy of the Python run, and that resumed run is the one loaded, compared and evaluated."""
+    trains its own run from the saved config.json, interrupted and resumed too. The Python run loads and ends where
+    the uninterrupted one did (where the algorithm is repeatable), and the command line's run evaluates as it does.
+    Under LABCORE_QUICK=1 (as in CI) one run is trained and resumed once, not twice: the command line resumes an
+    interrupted copy of the Python run, and that resumed run is the one loaded, compared and evaluated."""
     algorithm = registry.get(name)
     config = tiny_config(name)
     checkpoint_every, settings = smallest_run(name)
     options = dict(checkpoint_every=checkpoint_every, progress=False, **settings)
 
-    # Python: a run folder holding what the registry says, and (full budget) a resume after an interruption
+    # Python: a run folder holding what the registry says, and (full budgets) a resume after an interruption
     run = tmp_path / "python"
     first = algorithm.train(config, run, **options)
     for entry in algorithm.run_folder:
@@ -109,7 +109,7 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
         resumed = algorithm.train(config, run, resume=True, **options)
         assert resumed.summary["updates"] == first.summary["updates"]
 
-    # The command line, from the saved config.json: its own run (full budget), interrupted, resumed
+    # The command line, from the saved config.json: its own run (full budgets), interrupted, resumed
     flags = [flag for key, value in settings.items() for flag in (f"--{key.replace('_', '-')}", str(value))]
     train = ["train", name, "--config", str(run / "config.json"), "--run-dir", str(command_run), "--no-progress",
              "--checkpoint-every", str(checkpoint_every), *flags]
@@ -119,7 +119,8 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
     assert cli.main([*train, "--resume"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["updates"] == first.summary["updates"]
 
-    # A resumed run loads, ends where the uninterrupted one did, and evaluates the same in Python and on the command line
+    # A resumed run (Python's; under quick the command line's) loads and ends where the uninterrupted one did, and
+    # the command line's run evaluates the same
     resumed_run = command_run if is_quick() else run
     loaded_config, state = algorithm.load_checkpoint(resumed_run)
     assert loaded_config == config
@@ -129,7 +130,7 @@ def trains_resumes_loads_and_evaluates(name: str, tmp_path: Path, capsys) -> Non
     report = algorithm.evaluate(loaded_config, params, seed=0)
     assert a_report_of_numbers(report), report
     capsys.readouterr()
-    assert cli.main(["eval", name, "--checkpoint", str(resumed_run), "--seed", "0"]) == 0
+    assert cli.main(["eval", name, "--checkpoint", str(command_run), "--seed", "0"]) == 0
     evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert evaluated["algorithm"] == name and evaluated["seed"] == 0
     if algorithm.repeatable:  # the same config, seed and program: the same parameters, the same evaluation
