@@ -80,7 +80,8 @@ lab: $(PACKAGE_STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ALLOW_ROOT) $(LAB_ARGS)
 
 # Two pytest runs: the unit tests with tests/conftest.py's XLA flags (compile-bound, so LLVM at
-# -O0), then every notebook in kernels that see only the caller's environment, as a user's would.
+# -O0 and XLA's older CPU loop emitters), then every notebook in kernels that see only the caller's
+# environment, as a user's would.
 # The notebooks run even when a unit test fails, so one CI run reports every failure. The notebook
 # run also records each passing notebook with its outputs for the site (docs/tooling/record_outputs.py),
 # so `make docs` renders this execution instead of running the notebooks again.

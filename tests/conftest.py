@@ -17,13 +17,16 @@ import pytest
 # it for well under a second.
 # - LLVM at -O0: about 40% faster compiles (tests/ on the 2-core machine: 946 s -> 780 s).
 # - XLA's older loop emitters instead of its MLIR fusion emitters (xla_cpu_use_fusion_emitters=false).
-#   On a 2-core AMD EPYC (jax 0.10.2, LABCORE_QUICK=1, at -O0 either way), the smallest runs of PPO,
-#   PQN, the jitted DQN, IQN and the GFlowNet trained in 67.2 s with the fusion emitters and 48.0 s
-#   without, and 20 tests (test_equivalence's, the registry's PPO test, the pqn_update exercise's
-#   worked solution) passed in 441 s and 294 s, one process, one run after the other.
+#   On a 2-core AMD EPYC (jax 0.10.2, LABCORE_QUICK=1, at -O0 either way; one run of each, one after
+#   the other, on a machine whose speed varies from hour to hour), the smallest runs of PPO, PQN, the
+#   jitted DQN, IQN and the GFlowNet trained in 67.2 s with the fusion emitters and 48.0 s without,
+#   and 20 tests (test_equivalence's, the registry's PPO test, the pqn_update exercise's worked
+#   solution) passed in 441 s and 294 s in one process.
 #   The two emitters may round a fusion's floats differently, so two different programs that end
-#   on the same bits under the default may not under this: the one test whose claim is such an
-#   equality compiles with the default (the ``xla_default_emitters`` fixture below).
+#   on the same bits under the default may not under this. The tests of such equalities (chunked
+#   against one call, two layouts of the data-parallel DQN, ...) pass with it, but for one: IQN's
+#   chunked run against its fused runner, 9.3e-10 apart, which compiles with the default emitters
+#   (the ``xla_default_emitters`` fixture below).
 # A test whose time goes to running one long program compiles that program at XLA's default level instead
 # (jax.jit(..., compiler_options=...), as test_gflownet's learning tests do). Processes the tests
 # launch inherit the flags. The notebooks run in their own pytest invocation (see the Makefile) and
