@@ -363,7 +363,7 @@ def test_train_pqn_atari_on_the_command_line(tmp_path, capsys):
 
 def test_loop_stops_after_a_time_at_a_checkpoint_and_goes_on(tmp_path):
     """stop_after_s: the run stops at the first checkpoint past the time, writes no summary, and a
-    resume finishes it exactly as one run would (the slices of a long run on a lent machine)."""
+    resume finishes it exactly as one run would (a long run cut into calls of limited time)."""
     from labcore.agents.pqn import run as pqn_run
 
     config = small_cartpole(eval_episodes=2)  # 6 updates

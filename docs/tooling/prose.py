@@ -42,19 +42,8 @@ ABOUT_TESTS = [
 
 _ANY_CASE = re.IGNORECASE
 HOW_MADE = [
-    (re.compile(r"(?<!\bone )(?<!\ba single )\bsittings?\b", _ANY_CASE),  # "read in one sitting" is the reader's
-     "say which machine ran it, and on which date"),
-    (re.compile(r"\b(?:this|that|the next|the last|a previous|an earlier|a later) (?:work(?:ing)? )?session\b", _ANY_CASE),
-     "say which machine ran it, and on which date"),
-    (re.compile(r"\bshort slots?\b|\bcomes? in slots\b|\bfits? (?:a|the) slot\b|\bbefore a slot\b|\bthe slot measures\b", _ANY_CASE),
-     "say what limits the time (the budget, a job's limit, a Colab session)"),
-    (re.compile(r"\bborrowed\b|\b(?:machine|GPU|device)s? lent\b|\blent (?:machine|GPU|device)s?\b|\b(?:GPU|machine) (?:is )?lent\b", _ANY_CASE),
-     "name the machine the figure came from"),
-    (re.compile(r"\bthe next (?:measurement|command|thing to (?:measure|try))\b|\bthe next sitting\b", _ANY_CASE),
-     "say what is measured, or what is not known"),
     (re.compile(r"\bdid not fit in the\b|\bshort of the \d|\bstill short of\b", _ANY_CASE),
      "compare with a named reference, or give the budget"),
-    (re.compile(r"\bstubbed out\b", _ANY_CASE), "how the code was once written: say what it does"),
     (re.compile(r"\bat commit [0-9a-f]{7,},? the last\b|\bthe last (?:commit )?that has (?:it|them)\b", _ANY_CASE),
      "a commit as part of a story: say what the code does, or name the version measured"),
     (re.compile(r"\b(?:first|then) (?:in )?Linen,? then (?:in )?NNX\b|\bwas first written in Linen\b", _ANY_CASE),
