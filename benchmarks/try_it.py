@@ -102,14 +102,8 @@ def dqn_runs(seeds: int = 3, **overrides) -> dict:
 
     settings = dict(total_steps=50_000, learning_starts=2_000, eval_episodes=10)
     config = dqn.DQNConfig(**{**settings, **overrides})
-    train, evaluate_run = dqn_scan.make_train(config), dqn_scan.make_evaluate_run(config)
-
-    def train_and_play(key):  # the whole run, then its trained network's episodes
-        carry, _ = train(key)
-        return evaluate_run(dqn_scan.params(carry), key)
-
     keys = jax.random.split(jax.random.key(0), seeds)
-    compiled = jax.jit(jax.vmap(train_and_play)).lower(keys).compile()
+    compiled = jax.jit(jax.vmap(dqn_scan.make_train_and_evaluate(config))).lower(keys).compile()
     started = time.perf_counter()
     returns = jax.block_until_ready(compiled(keys))
     wall = time.perf_counter() - started

@@ -47,13 +47,7 @@ def host_loop_steps_per_second(config: dqn.DQNConfig) -> float:
 
 
 def scan_run(config: dqn.DQNConfig, seeds: int) -> dict[str, float]:
-    train, evaluate_run = dqn_scan.make_train(config), dqn_scan.make_evaluate_run(config)
-
-    def train_and_play(key: jax.Array) -> jax.Array:  # the whole run, then its trained network's episodes
-        carry, _ = train(key)
-        return evaluate_run(dqn_scan.params(carry), key)
-
-    run = jax.jit(jax.vmap(train_and_play))
+    run = jax.jit(jax.vmap(dqn_scan.make_train_and_evaluate(config)))  # each seed's run, then its episodes
     keys = jax.random.split(jax.random.key(0), seeds)
     started = time.perf_counter()
     compiled = run.lower(keys).compile()

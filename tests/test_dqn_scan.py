@@ -49,6 +49,11 @@ def test_same_key_same_run_and_metrics_are_consistent():
     assert np.all(loss[:warmup] == 0) and np.all(loss[warmup:] > 0)
     # CartPole pays 1 per step: the returns of finished episodes add up to at most the steps taken
     assert 0 < float(np.sum(metrics["episode_return_sum"])) <= config.total_steps
+    # make_train_and_evaluate is this run, then its evaluation episodes, in one program
+    played = jax.jit(dqn_scan.make_evaluate_run(config))(dqn_scan.params(carry), jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(jax.jit(dqn_scan.make_train_and_evaluate(config))(jax.random.key(0))),
+                                  np.asarray(played))
+    assert float(np.asarray(played).mean()) == dqn_scan.evaluate(config, dqn_scan.params(carry), seed=0)["eval_return_mean"]
 
 
 def test_the_jitted_dqn_learns_cartpole():
@@ -119,8 +124,8 @@ def test_episode_return_curve_averages_finished_episodes_over_a_window():
     [
         (dict(num_envs=3), "DQNConfig.num_envs must divide train_frequency"),
         (dict(total_steps=1_000, learning_starts=1_000), "DQNConfig.total_steps must exceed learning_starts"),
-        (dict(env_id="CartPol-v1"), "unknown gymnax environment id 'CartPol-v1'; similar ids: CartPole-v1"),
-        (dict(env_id="Pendulum-v1"), "DQN needs a Discrete one"),
+        (dict(env_id="CartPol-v1"), "DQNConfig.env_id: unknown gymnax environment id 'CartPol-v1'; similar ids: CartPole-v1"),
+        (dict(env_id="Pendulum-v1"), "DQNConfig.env_id: .*DQN needs a Discrete one"),
     ],
 )
 def test_bad_setups_fail_before_tracing(overrides, message):

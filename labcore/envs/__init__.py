@@ -14,7 +14,7 @@ program: ``labcore.envs.ale_jax``.)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -134,6 +134,23 @@ def make_jax_env(env_id: str) -> tuple[Any, Any]:
     if not isinstance(env.action_space(env_params), spaces.Discrete):
         raise ValueError(f"{env_id!r} has a {type(env.action_space(env_params)).__name__} action space; DQN needs a Discrete one")
     return env, env_params
+
+
+def env_and_params(env: Any, env_params: Any, env_id: str, make: Callable[[str], tuple[Any, Any]],
+                   field: str) -> tuple[Any, Any]:
+    """(env, env_params) a jitted driver runs: ``env`` if given, else ``make(env_id)``'s
+    (``make_jax_env`` or ``make_masked_env``); ``env_params`` if given, else that env's defaults.
+
+    An id ``make`` refuses raises ValueError naming ``field``, the config field it came from
+    ("PPOConfig.env_id"), before anything is traced.
+    """
+    if env is None:
+        try:
+            env, default_params = make(env_id)
+        except ValueError as err:
+            raise ValueError(f"{field}: {err}") from None
+        return env, default_params if env_params is None else env_params
+    return env, env.default_params if env_params is None else env_params
 
 
 MASKED_ENVS = ("Vault-v0", "HyperGrid-v0")  # labcore's own masked games (labcore.envs.vault, labcore.envs.hypergrid)

@@ -76,12 +76,9 @@ def iteration_counts(config: dqn.DQNConfig) -> tuple[int, int]:
 
 
 def gymnax_env(config: dqn.DQNConfig, env: Any = None, env_params: Any = None) -> tuple[Any, Any]:
-    """(env, env_params): the gymnax ``env`` given, else ``envs.make_jax_env(config.env_id)``'s; the
-    ``env_params`` given, else that env's defaults."""
-    if env is None:
-        env, default_params = envs.make_jax_env(config.env_id)
-        return env, default_params if env_params is None else env_params
-    return env, env.default_params if env_params is None else env_params
+    """(env, env_params) of the jitted DQN: ``envs.env_and_params`` with gymnax's envs
+    (``envs.make_jax_env``) and the field ``DQNConfig.env_id``."""
+    return envs.env_and_params(env, env_params, config.env_id, envs.make_jax_env, "DQNConfig.env_id")
 
 
 class ScanParts(NamedTuple):
@@ -336,6 +333,21 @@ def make_evaluate_run(config: dqn.DQNConfig, *, env: Any = None,
     it plays what ``evaluate(config, params, seed)`` plays for the run of ``jax.random.key(seed)``."""
     play = make_evaluate(config, env, env_params)
     return lambda params, key: play(params, run_keys(key)[2])
+
+
+def make_train_and_evaluate(config: dqn.DQNConfig, *, env: Any = None,
+                            env_params: Any = None) -> Callable[[jax.Array], jax.Array]:
+    """A pure ``run(key) -> [eval_episodes] returns``: the whole run of ``key`` (``make_train``), then
+    its trained network's episodes (``make_evaluate_run``), as one function, so that
+    ``jax.jit(jax.vmap(run))(keys)`` trains and plays every seed in one compiled call."""
+    train = make_train(config, env=env, env_params=env_params)
+    evaluate_run = make_evaluate_run(config, env=env, env_params=env_params)
+
+    def run(key: jax.Array) -> jax.Array:
+        carry, _ = train(key)
+        return evaluate_run(params(carry), key)
+
+    return run
 
 
 def episode_return_curve(metrics: dict[str, Any], window: int = 20) -> tuple[np.ndarray, np.ndarray]:

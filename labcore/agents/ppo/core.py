@@ -149,14 +149,7 @@ def make_ppo(
     seed) every ``log_every`` updates, in order, while training runs; the rows arrive in bursts (see
     the module docstring). Nothing is traced here.
     """
-    if env is None:
-        try:
-            env, default_params = envs.make_masked_env(config.env_id)
-        except ValueError as err:
-            raise ValueError(f"PPOConfig.env_id: {err}") from None
-        env_params = default_params if env_params is None else env_params
-    elif env_params is None:
-        env_params = env.default_params
+    env, env_params = envs.env_and_params(env, env_params, config.env_id, envs.make_masked_env, "PPOConfig.env_id")
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     num_actions = env.num_actions

@@ -122,14 +122,7 @@ def make_pqn(
             raise ValueError(f"PQNConfig.env_id: {err}") from None
         env, env_params = batch, None
     else:
-        if env is None:
-            try:
-                env, default_params = envs.make_jax_env(config.env_id)
-            except ValueError as err:
-                raise ValueError(f"PQNConfig.env_id: {err}") from None
-            env_params = default_params if env_params is None else env_params
-        elif env_params is None:
-            env_params = env.default_params
+        env, env_params = envs.env_and_params(env, env_params, config.env_id, envs.make_jax_env, "PQNConfig.env_id")
         batch = GymnaxBatch(env, env_params, config.num_envs)
     num_actions, obs_shape = batch.num_actions, batch.obs_shape
     if config.network == "minatar_cnn" and len(obs_shape) != 3:
