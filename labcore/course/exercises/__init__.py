@@ -16,8 +16,8 @@ one shape fails.
 This package is the checking framework: ``checking`` holds the exercise record, the catalogue and the
 comparison, ``quizzing`` the quizzes, ``behaviour`` what checkers share to judge a function by what it
 does. Each lesson's exercises live in its folder, ``labcore.course.lessons.nbNN_<topic>.exercises``,
-found and registered here in lesson order, so ``names()`` lists the exercises in the order a reader
-meets them.
+found and registered in lesson order the first time the catalogue is read (``check``, ``names``,
+``progress``, ...), so ``names()`` lists the exercises in the order a reader meets them.
 
 ``hint(name)`` and ``solution(name)`` show a hint and a worked answer on request (neither is
 printed unasked: a failing check names the classic mistake it sees, if any, and says how to ask); ``progress()`` says which exercises this kernel has passed, failed or not tried, notebook by
@@ -28,7 +28,6 @@ every exercise.
 
 from __future__ import annotations
 
-from labcore.course import lessons
 from labcore.course.exercises.checking import (
     Exercise, InputMaker, check, first_mismatch, get, hint, names, progress, register, solution,
 )
@@ -36,13 +35,3 @@ from labcore.course.exercises.quizzing import quiz
 
 __all__ = ["Exercise", "InputMaker", "check", "first_mismatch", "get", "hint", "names", "progress", "quiz",
            "register", "solution"]
-
-# Each lesson folder's exercises (labcore.course.lessons), found in lesson order: names() lists them in the
-# order a reader meets them.
-NOTEBOOK_MODULES = tuple(module for module in (lessons.part(lesson, "exercises") for lesson in lessons.names())
-                         if module is not None)
-
-for _module in NOTEBOOK_MODULES:
-    for _exercise in _module.catalogue():
-        register(_exercise, notebook=_module.__name__.split(".")[-2])  # the lesson's folder: nbNN_<topic>
-del _module, _exercise

@@ -71,16 +71,36 @@ def register(exercise: Exercise, notebook: str | None = None) -> Exercise:
     return exercise
 
 
+_LESSONS_REGISTERED = False  # whether every lesson's exercises are in _REGISTRY yet
+
+
+def _registry() -> dict[str, Exercise]:
+    """The catalogue, with every lesson's exercises (``labcore.course.lessons``: each folder's
+    ``exercises.catalogue()``, in lesson order) registered on first use rather than when this module
+    is imported, so that a lesson module can import the framework whatever was imported before it."""
+    global _LESSONS_REGISTERED
+    if not _LESSONS_REGISTERED:
+        from labcore.course import lessons
+
+        found = [(exercise, lesson) for lesson in lessons.names()
+                 for module in [lessons.part(lesson, "exercises")] if module is not None
+                 for exercise in module.catalogue()]
+        for exercise, lesson in found:
+            register(exercise, notebook=lesson)
+        _LESSONS_REGISTERED = True
+    return _REGISTRY
+
+
 def names() -> list[str]:
     """Every registered exercise name, in registration order: notebook order, and within a
     notebook the order it checks them in."""
-    return list(_REGISTRY)
+    return list(_registry())
 
 
 def get(name: str) -> Exercise:
     """The exercise called ``name``; a ValueError listing the known names otherwise."""
     try:
-        return _REGISTRY[name]
+        return _registry()[name]
     except KeyError:
         raise ValueError(f"unknown exercise {name!r}; known exercises: {', '.join(names())}") from None
 

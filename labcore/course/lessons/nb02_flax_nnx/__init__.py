@@ -1,7 +1,3 @@
 """Lesson 02, "Flax NNX for PyTorch users: modules, training, and the functional form labcore runs"
 (``notebooks/02_flax_nnx.ipynb``): its exercises (``exercises``) and its quiz (``quiz``), and the helpers of its
 checkers (``nnx_dqn_checks``, ``noisy_layer_checks``)."""
-
-# The checking framework first: importing it registers every lesson's exercises, this one's included, so a
-# lesson module imported before anything else of the course finds the framework whole.
-import labcore.course.exercises  # noqa: F401

@@ -1,7 +1,3 @@
 """Lesson 06, "A multi-agent IQN, ported from PyTorch to JAX and checked number for number"
 (``notebooks/06_iqn_port.ipynb``): its exercises (``exercises``) and its quiz (``quiz``), and the helpers of its
 checkers (``iqn_train_step_checks``)."""
-
-# The checking framework first: importing it registers every lesson's exercises, this one's included, so a
-# lesson module imported before anything else of the course finds the framework whole.
-import labcore.course.exercises  # noqa: F401

@@ -1,7 +1,3 @@
 """Lesson 07, "Action-masked PPO in the PureJaxRL style, on a game of our own" (``notebooks/07_masked_ppo.ipynb``):
 its exercises (``exercises``) and its quiz (``quiz``), and the helpers of its checkers (``ppo_epoch_checks``,
 ``ppo_loss_checks``)."""
-
-# The checking framework first: importing it registers every lesson's exercises, this one's included, so a
-# lesson module imported before anything else of the course finds the framework whole.
-import labcore.course.exercises  # noqa: F401

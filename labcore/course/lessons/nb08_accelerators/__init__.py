@@ -1,6 +1,2 @@
 """Lesson 08, "GPUs, TPUs and Colab: the same JAX on every device" (``notebooks/08_accelerators.ipynb``): its
 exercises (``exercises``) and its quiz (``quiz``)."""
-
-# The checking framework first: importing it registers every lesson's exercises, this one's included, so a
-# lesson module imported before anything else of the course finds the framework whole.
-import labcore.course.exercises  # noqa: F401

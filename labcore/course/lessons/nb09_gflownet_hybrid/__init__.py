@@ -1,6 +1,2 @@
 """Lesson 09, "GFlowNets: from a PyTorch trainer to JAX in three measured steps"
 (``notebooks/09_gflownet_hybrid.ipynb``): its exercises (``exercises``) and its quiz (``quiz``)."""
-
-# The checking framework first: importing it registers every lesson's exercises, this one's included, so a
-# lesson module imported before anything else of the course finds the framework whole.
-import labcore.course.exercises  # noqa: F401
