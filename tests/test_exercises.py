@@ -475,6 +475,30 @@ def test_a_lesson_module_imported_before_the_rest_of_the_course_finds_the_framew
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_an_exercise_registered_before_the_catalogue_is_read_comes_after_every_lesson():
+    """The lessons' exercises are added on the catalogue's first use, register's included: one registered
+    first still comes last, and one that takes a lesson exercise's name is refused, the catalogue whole."""
+    import subprocess
+    import sys
+
+    script = ("import dataclasses\n"
+              "from labcore.course.exercises import checking\n"
+              "from labcore.course.lessons.nb00_jax_primitives import exercises as lesson\n"
+              "first = lesson.catalogue()[0]\n"
+              "checking.register(dataclasses.replace(first, name='my_own'))\n"
+              "names = checking.names()\n"
+              "assert names[-1] == 'my_own' and names[0] == first.name and len(names) > 50, names\n"
+              "try:\n"
+              "    checking.register(first)\n"
+              "except ValueError as error:\n"
+              "    assert 'already registered' in str(error)\n"
+              "else:\n"
+              "    raise AssertionError('a lesson exercise registered twice')\n"
+              "assert checking.names() == names and checking.get(first.name) is not None\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("name", sorted(RIGHT))
 def test_right_answer_passes(name, capsys):
     assert exercises.check(name, RIGHT[name], seed=0, trials=PASSING_TRIALS) is True

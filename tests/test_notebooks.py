@@ -267,7 +267,7 @@ def test_exercise_rule_catches_visible_solutions(monkeypatch):
     from labcore.course.exercises import checking
 
     name = "rule_example"
-    base = exercises.get(exercises.names()[0])
+    base = exercises.get(exercises.names()[0])  # reading it first adds the lessons' exercises, so the copy holds them
     monkeypatch.setattr(checking, "_REGISTRY", {**checking._REGISTRY, name: dataclasses.replace(base, name=name, solution=abs)})
     stub = f'def answer(x):\n    raise NotImplementedError\n\n\ncheck("{name}", answer)'
     hidden = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(stub),

@@ -14,7 +14,8 @@ program: ``labcore.envs.ale_jax``.)
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -56,16 +56,22 @@ _NOTEBOOK_OF: dict[str, str] = {}  # exercise name -> the notebook that sets it
 _RESULTS: dict[str, bool] = {}  # exercise name -> whether its latest check in this process passed
 
 
-def register(exercise: Exercise, notebook: str | None = None) -> Exercise:
-    """Add an exercise to the catalogue (names are unique); ``notebook`` names the lesson that
-    sets it, for ``progress``."""
-    if exercise.name in _REGISTRY:
+def _checked(exercise: Exercise, taken: set[str]) -> Exercise:
+    """``exercise``, or a ValueError naming what makes it unfit for the catalogue (``taken``: names in use)."""
+    if exercise.name in taken:
         raise ValueError(f"exercise {exercise.name!r} is already registered")
     if exercise.trials < 1:
         raise ValueError(f"exercise {exercise.name!r}: trials must be >= 1, got {exercise.trials}")
     if exercise.core and (exercise.solution is None or len(exercise.mistakes) < 2):
         raise ValueError(f"exercise {exercise.name!r}: a core exercise needs a solution and at least two mistakes")
-    _REGISTRY[exercise.name] = exercise
+    return exercise
+
+
+def register(exercise: Exercise, notebook: str | None = None) -> Exercise:
+    """Add an exercise to the catalogue, after every lesson's (names are unique); ``notebook`` names
+    the lesson that sets it, for ``progress``."""
+    catalogue = _registry()
+    catalogue[exercise.name] = _checked(exercise, set(catalogue))
     if notebook is not None:
         _NOTEBOOK_OF[exercise.name] = notebook
     return exercise
@@ -76,8 +82,10 @@ _LESSONS_REGISTERED = False  # whether every lesson's exercises are in _REGISTRY
 
 def _registry() -> dict[str, Exercise]:
     """The catalogue, with every lesson's exercises (``labcore.course.lessons``: each folder's
-    ``exercises.catalogue()``, in lesson order) registered on first use rather than when this module
-    is imported, so that a lesson module can import the framework whatever was imported before it."""
+    ``exercises.catalogue()``, in lesson order) added on first use rather than when this module is
+    imported, so that a lesson module can import the framework whatever was imported before it.
+    Every lesson exercise is checked before any is added, so a faulty one leaves the catalogue as
+    it was and the next read raises the same error again."""
     global _LESSONS_REGISTERED
     if not _LESSONS_REGISTERED:
         from labcore.course import lessons
@@ -85,8 +93,11 @@ def _registry() -> dict[str, Exercise]:
         found = [(exercise, lesson) for lesson in lessons.names()
                  for module in [lessons.part(lesson, "exercises")] if module is not None
                  for exercise in module.catalogue()]
-        for exercise, lesson in found:
-            register(exercise, notebook=lesson)
+        taken = set(_REGISTRY)
+        for exercise, _ in found:
+            taken.add(_checked(exercise, taken).name)
+        _REGISTRY.update({exercise.name: exercise for exercise, _ in found})
+        _NOTEBOOK_OF.update({exercise.name: lesson for exercise, lesson in found})
         _LESSONS_REGISTERED = True
     return _REGISTRY
 
