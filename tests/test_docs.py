@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ sys.path.insert(0, str(REPO_ROOT / "docs" / "tooling"))
 executed = importlib.import_module("executed")
 lessons = importlib.import_module("lessons")
 lesson_api = importlib.import_module("lesson_api")
+lesson_index = importlib.import_module("lesson_index")
 site_facts = importlib.import_module("site_facts")
 prose = importlib.import_module("prose")
 prose_numbers = importlib.import_module("prose_numbers")
@@ -321,6 +323,46 @@ def test_the_colab_links_come_from_the_setup_cell():
 def test_every_lesson_links_its_api_and_every_link_resolves():
     lesson_api.check()
     assert set(lesson_api.LESSON_API) == {path.stem for path in NOTEBOOKS}
+
+
+def test_the_lesson_tables_and_sections_are_written_from_the_one_list():
+    """README's and the Colab page's tables, Start here's map and sections: as lesson_index.LESSONS says."""
+    assert lesson_index.out_of_step() == []
+
+
+def test_a_lesson_added_to_the_list_reaches_every_table_and_section(tmp_path):
+    """A new notebook with no entry is named; its entry in LESSONS then writes its row in the README's and
+    the Colab page's tables, its row in Start here's map and its section there, and nothing else changes."""
+    pages = ("README.md", "colab/README.md", "docs/start-here.md", "colab/setup_cell.py")
+    for page in pages:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / page, tmp_path / page)
+    (tmp_path / "notebooks").mkdir()
+    for path in NOTEBOOKS + [NOTEBOOKS_DIR / "13_new_topic.ipynb"]:
+        (tmp_path / "notebooks" / path.name).write_text("{}")
+    assert lesson_index.out_of_step(root=tmp_path) == [
+        f"LESSONS lists {[lesson.stem for lesson in lesson_index.LESSONS]}, notebooks/ holds "
+        f"{[lesson.stem for lesson in lesson_index.LESSONS] + ['13_new_topic']}"]
+    new = lesson_index.Lesson("13_new_topic", "A new topic: planted", teaches="planted teaching", needs="12",
+                              optional=True, writes="`planted_exercise`", about="Planted prose.", api=(),
+                              colab="any runtime")
+    before = {page: (tmp_path / page).read_text() for page in pages}
+    lesson_index.out_of_step((*lesson_index.LESSONS, new), root=tmp_path, write=True)
+    assert lesson_index.out_of_step((*lesson_index.LESSONS, new), root=tmp_path) == []
+    after = {page: (tmp_path / page).read_text() for page in pages}
+    badge = site_facts.colab_url("13_new_topic.ipynb")
+    added = {page: [line for line in after[page].splitlines() if line not in before[page].splitlines()] for page in pages}
+    assert added["README.md"] == [f"| 13 | [A new topic: planted](notebooks/13_new_topic.ipynb) | planted teaching | "
+                                  f"[![Open In Colab]({lesson_index.BADGE_IMAGE})]({badge}) |"]
+    assert added["colab/README.md"] == [f"| 13 | A new topic: planted (`notebooks/13_new_topic.ipynb`; any runtime) | "
+                                        f"[![Open In Colab]({lesson_index.BADGE_IMAGE})]({badge}) |"]
+    assert added["docs/start-here.md"] == [
+        "| 13 | [A new topic: planted](#a-new-topic-planted) ({doc}`with outputs <lessons/13_new_topic>`) | 12 | yes | "
+        "`planted_exercise` |",
+        "### A new topic: planted",
+        f"[`notebooks/13_new_topic.ipynb`]({lesson_index.NOTEBOOK_URL}13_new_topic.ipynb):",
+        "Planted prose."]
+    assert after["colab/setup_cell.py"] == before["colab/setup_cell.py"]
 
 
 @contextlib.contextmanager

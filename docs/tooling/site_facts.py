@@ -23,10 +23,10 @@ def _cell_module():
     return module
 
 
-def cell_source():
-    """The setup cell's (owner, repo, ref) as colab/cell.py parses it."""
+def cell_source(root: pathlib.Path = REPO_ROOT):
+    """The setup cell's (owner, repo, ref) as colab/cell.py parses it, in the repository at ``root``."""
     cell = _cell_module()
-    return cell.parse_source(cell.cell_text(REPO_ROOT))
+    return cell.parse_source(cell.cell_text(root))
 
 
 def repository_url() -> str:
