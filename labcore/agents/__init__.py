@@ -50,32 +50,28 @@ line in the registry.
 
 from __future__ import annotations
 
-import importlib
+import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from labcore.agents.contract import Algorithm
 
 CONTRACT = ("Config", "make_train", "make_program", "train", "load_checkpoint", "params", "evaluate")
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """A package's ``__getattr__`` and ``__dir__`` that load ``name`` from ``exports[name]``
-    ("module:attribute", the module relative to the package) on first use."""
+def agent_exports(package: str, algorithm: Algorithm) -> tuple[list[str], Callable[[str], object], Callable[[], list[str]]]:
+    """An algorithm package's ``__all__``, ``__getattr__`` and ``__dir__`` for the contract above, from its
+    folder's record (``labcore.agents.contract.Algorithm``): ``Config`` is the record's config class, the
+    rest its driver's (``algorithm.driver()``, which exports ``make_train`` beside ``train``). The driver is
+    imported on first use of a name, so that importing the package stays as cheap as importing its record."""
 
     def __getattr__(name: str) -> object:
-        if name not in exports:
+        if name not in CONTRACT:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module, attribute = exports[name].split(":")
-        return getattr(importlib.import_module(f"{package}.{module}"), attribute)
+        return algorithm.config_class if name == "Config" else getattr(algorithm.driver(), name)
 
     def __dir__() -> list[str]:
-        return sorted([*exports, *vars(importlib.import_module(package))])
+        return sorted({*CONTRACT, *vars(sys.modules[package])})
 
-    return __getattr__, __dir__
-
-
-def agent_exports(package: str, config: str, make_train: str, driver: str):
-    """An algorithm package's ``__all__``, ``__getattr__`` and ``__dir__`` for the contract above:
-    ``Config`` is ``config`` ("module:class"), ``make_train`` comes from module ``make_train``, and
-    the rest from module ``driver``."""
-    exports = {"Config": config, "make_train": f"{make_train}:make_train",
-               **{name: f"{driver}:{name}" for name in CONTRACT[2:]}}
-    return (list(exports), *lazy_exports(package, exports))
+    return list(CONTRACT), __getattr__, __dir__

@@ -20,5 +20,6 @@ The package itself exports the agent contract of ``labcore.agents`` (``train`` i
 """
 
 from labcore.agents import agent_exports
+from labcore.agents.dqn.algorithm import SCAN
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, config="config:DQNConfig", make_train="scan", driver="scan")
+__all__, __getattr__, __dir__ = agent_exports(__name__, SCAN)  # the jitted DQN's record

@@ -35,7 +35,7 @@ import numpy as np
 from labcore import logged_scan, loop, training_run
 from labcore.agents.gflownet import core
 from labcore.agents.gflownet.config import NAME as ALGORITHM  # the registry name its checkpoints record
-from labcore.agents.gflownet.core import GFlowNetConfig, TrainState
+from labcore.agents.gflownet.core import GFlowNetConfig, TrainState, make_train  # noqa: F401 (make_train: the contract's)
 from labcore.envs import hypergrid
 from labcore.training_run import TrainingRun
 

@@ -23,5 +23,6 @@ runs any mode): ``Config``, ``make_train``, ``make_program``, ``train``, ``load_
 """
 
 from labcore.agents import agent_exports
+from labcore.agents.iqn.algorithm import ALGORITHM
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, config="run_config:IQNRunConfig", make_train="run", driver="run")
+__all__, __getattr__, __dir__ = agent_exports(__name__, ALGORITHM)

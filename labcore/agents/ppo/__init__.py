@@ -11,5 +11,6 @@ The package itself exports the agent contract of ``labcore.agents``: ``Config``,
 """
 
 from labcore.agents import agent_exports
+from labcore.agents.ppo.algorithm import ALGORITHM
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, config="config:PPOConfig", make_train="core", driver="run")
+__all__, __getattr__, __dir__ = agent_exports(__name__, ALGORITHM)

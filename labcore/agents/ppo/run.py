@@ -30,6 +30,7 @@ import numpy as np
 from labcore import evaluation, loop
 from labcore.agents.ppo import core as ppo
 from labcore.agents.ppo.config import NAME as ALGORITHM  # the registry name its checkpoints record
+from labcore.agents.ppo.core import make_train  # noqa: F401 (the contract's: the pure trainer this driver runs)
 
 PLOTTED = ("episode_return", "entropy", "invalid_action_rate", "value_loss")
 

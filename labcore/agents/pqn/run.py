@@ -30,6 +30,7 @@ import numpy as np
 from labcore import evaluation, loop
 from labcore.agents.pqn import core as pqn
 from labcore.agents.pqn.config import NAME as ALGORITHM  # the registry name its checkpoints record
+from labcore.agents.pqn.core import make_train  # noqa: F401 (the contract's: the pure trainer this driver runs)
 
 PLOTTED = ("episode_return", "epsilon", "loss", "q_mean")
 
