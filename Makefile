@@ -131,9 +131,11 @@ doctor: $(PACKAGE_STAMP)
 # learning runs, kill-and-resume in new processes, multi-process launches, benchmark scripts), whose
 # APIs faster tests cover; `COMPAT_UNIT=1 COMPAT_SKIP=` runs those too.
 COMPAT_UNIT ?=
-# The notebooks it runs: all but 06 and 09 by default, whose time goes mostly to their PyTorch
-# originals (the same torch on both stacks); CI's 90 minutes hold no more. COMPAT_NOTEBOOKS='*.ipynb' runs all.
-COMPAT_NOTEBOOKS ?= 00_*.ipynb 01_*.ipynb 02_*.ipynb 03_*.ipynb 04_*.ipynb 05_*.ipynb 07_*.ipynb 08_*.ipynb 10_*.ipynb 11_*.ipynb 12_*.ipynb
+# The notebooks it runs: every notebook but those in COMPAT_LEAVE_OUT, by default 06 and 09, whose time goes
+# mostly to their PyTorch originals (the same torch on both stacks); CI's 90 minutes hold no more. A new lesson
+# is in unless left out here. COMPAT_NOTEBOOKS='*.ipynb' runs all.
+COMPAT_LEAVE_OUT ?= 06_iqn_port.ipynb 09_gflownet_hybrid.ipynb
+COMPAT_NOTEBOOKS ?= $(filter-out $(COMPAT_LEAVE_OUT),$(notdir $(wildcard notebooks/*.ipynb)))
 COMPAT_SKIP ?= end_to_end
 COMPAT_AND := $(if $(strip $(COMPAT_SKIP)), and not ($(COMPAT_SKIP)),)
 COMPAT_RUN_UNIT := $(filter 1 true yes,$(COMPAT_UNIT))

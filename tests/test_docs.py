@@ -328,6 +328,9 @@ def test_every_lesson_links_its_api_and_every_link_resolves():
 def test_the_lesson_tables_and_sections_are_written_from_the_one_list():
     """README's and the Colab page's tables, Start here's map and sections: as lesson_index.LESSONS says."""
     assert lesson_index.out_of_step() == []
+    from myst_parser.slugs import github_slugify  # the map's links are the anchors MyST gives the headings
+
+    assert [lesson.anchor for lesson in lesson_index.LESSONS] == [github_slugify(lesson.title) for lesson in lesson_index.LESSONS]
 
 
 def test_a_lesson_added_to_the_list_reaches_every_table_and_section(tmp_path):
@@ -352,6 +355,7 @@ def test_a_lesson_added_to_the_list_reaches_every_table_and_section(tmp_path):
     after = {page: (tmp_path / page).read_text() for page in pages}
     badge = site_facts.colab_url("13_new_topic.ipynb")
     added = {page: [line for line in after[page].splitlines() if line not in before[page].splitlines()] for page in pages}
+    assert all(line in after[page].splitlines() for page in pages for line in before[page].splitlines())  # none lost
     assert added["README.md"] == [f"| 13 | [A new topic: planted](notebooks/13_new_topic.ipynb) | planted teaching | "
                                   f"[![Open In Colab]({lesson_index.BADGE_IMAGE})]({badge}) |"]
     assert added["colab/README.md"] == [f"| 13 | A new topic: planted (`notebooks/13_new_topic.ipynb`; any runtime) | "

@@ -495,8 +495,19 @@ def test_an_exercise_registered_before_the_catalogue_is_read_comes_after_every_l
               "else:\n"
               "    raise AssertionError('a lesson exercise registered twice')\n"
               "assert checking.names() == names and checking.get(first.name) is not None\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
+    clash = ("from labcore.course.exercises import checking\n"
+             "from labcore.course.lessons.nb00_jax_primitives import exercises as lesson\n"
+             "first = lesson.catalogue()[0]\n"
+             "try:\n"
+             "    checking.register(first)\n"  # before any read: refused all the same
+             "except ValueError as error:\n"
+             "    assert 'already registered' in str(error)\n"
+             "else:\n"
+             "    raise AssertionError('a lesson exercise registered twice')\n"
+             "assert checking.names()[0] == first.name and len(checking.names()) > 50\n")
+    for code in (script, clash):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))

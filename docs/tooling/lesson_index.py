@@ -57,8 +57,10 @@ class Lesson:
 
     @property
     def anchor(self) -> str:
-        """The anchor MyST gives Start here's heading of this lesson."""
-        return re.sub(r"[^a-z0-9 -]", "", self.title.lower()).replace(" ", "-")
+        """The anchor MyST gives Start here's heading of this lesson (``myst_parser.slugs.github_slugify``'s
+        rule: lower case, every character but word characters, CJK ideographs, hyphens and spaces dropped,
+        spaces made hyphens)."""
+        return re.sub(r"[^\w\u4e00-\u9fff\- ]", "", self.title.lower()).replace(" ", "-")
 
 
 LESSONS: tuple[Lesson, ...] = (

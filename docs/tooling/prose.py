@@ -4,8 +4,8 @@ A learner needs to know which machine a figure came from and what a budget does,
 of the project ran what, nor targets the text never stated. Two kinds of phrase are looked for:
 
 * ``HOW_MADE``, phrases about the course's own making instead of what the reader meets (the patterns
-  below): where the reader needs a named reference to compare with, the version measured, and what
-  the code is and does. Nowhere a reader looks: every lesson cell, every docs page (the development guide, the changelog and the
+  below): where the reader needs a named reference to compare with or the budget, the version
+  measured, and what the code is and does. Nowhere a reader looks: every lesson cell, every docs page (the development guide, the changelog and the
   history of the measurements included: a commit there identifies what was measured, and may be
   named), labcore's source (its docstrings are the API reference, its help the command line's),
   the benchmarks and their README;
