@@ -19,9 +19,9 @@ import numpy as np
 
 from labcore import checkpoint, runs
 from labcore.agents.dqn import core as dqn
-from labcore.agents.dqn.agent import make_dqn
+from labcore.agents.dqn.agent import DQN
 from labcore.agents.dqn.config import HOST_LOOP_NAME as ALGORITHM  # the registry name its checkpoints record
-from labcore.agents.dqn.host_parts import env_spec
+from labcore.agents.dqn.host_parts import make_agent
 
 DRIVER = "labcore.agents.dqn.host_loop"  # the module whose runs write them (the schema's "driver")
 
@@ -63,17 +63,19 @@ def save(directory, config: dqn.DQNConfig, state: LoopState, vector_env: Any, sa
     )
 
 
-def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None, *,
+                        agent: DQN | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """What a checkpoint of this loop holds, as a function of its metadata (whether it saved the
     replay buffer and the envs): the template ``labcore.checkpoint.restore`` fills. train_state:
-    a train state to take the parameters' shapes from (default: a fresh one)."""
-    obs_shape, obs_dtype, num_actions = env_spec(config)
-    agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
+    a train state to take the parameters' shapes from (default: a fresh one); agent: the run's
+    (``host_parts.make_agent``; default: made here, which opens the env once to read its spaces)."""
+    agent = make_agent(config) if agent is None else agent
     train_state = agent.init(jax.random.key(0)) if train_state is None else train_state
+    obs = agent.example.obs  # one observation: the env's shape and dtype
 
     def like(metadata: dict[str, Any]) -> dict[str, Any]:
         saved = {"train_state": train_state, "key": np.zeros(2, np.uint32),
-                 "obs": np.zeros((config.num_envs, *obs_shape), obs_dtype)}
+                 "obs": np.zeros((config.num_envs, *obs.shape), obs.dtype)}
         if metadata["has_replay"]:
             saved["replay"] = jax.eval_shape(lambda: agent.buffer.init(agent.example))
         if metadata["has_envs"]:
@@ -83,11 +85,11 @@ def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None) -> Calla
     return like
 
 
-def restore(run: runs.RunDir, config: dqn.DQNConfig, fresh: LoopState) -> tuple[LoopState, Any]:
-    """(the loop's state at the run's newest intact checkpoint, its unpickled envs or None). ``fresh``: the state
-    of a new run, whose replay buffer stays where the checkpoint saved none (RunDir.open has checked the config;
-    a checkpoint of another algorithm is refused here, before its arrays are read)."""
-    like = checkpoint.expecting(ALGORITHM, run.path, checkpoint_template(config, fresh.train_state))
+def restore(run: runs.RunDir, config: dqn.DQNConfig, agent: DQN, fresh: LoopState) -> tuple[LoopState, Any]:
+    """(the loop's state at the run's newest intact checkpoint, its unpickled envs or None). ``agent``: the run's;
+    ``fresh``: the state of a new run, whose replay buffer stays where the checkpoint saved none (RunDir.open has
+    checked the config; a checkpoint of another algorithm is refused here, before its arrays are read)."""
+    like = checkpoint.expecting(ALGORITHM, run.path, checkpoint_template(config, fresh.train_state, agent=agent))
     saved, metadata = run.restore(like).restored
     state = LoopState(
         train_state=jax.tree_util.tree_map(jnp.asarray, saved["train_state"]),

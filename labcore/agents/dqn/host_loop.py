@@ -45,6 +45,7 @@ import numpy as np
 from labcore import checkpoint, envs, training_run
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn import host_checkpoints
+from labcore.agents.dqn.agent import DQN
 from labcore.agents.dqn.config import HOST_LOOP
 from labcore.agents.dqn.host_checkpoints import ALGORITHM, LoopState, checkpoint_template
 from labcore.agents.dqn.host_parts import atari_kwargs, make_agent, make_parts, updates_due
@@ -115,7 +116,7 @@ def train(
     act, learn, chunk, steps_per_chunk = parts.act, parts.learn, parts.chunk, parts.steps_per_chunk
     state, vector_env = _start(config, parts.agent)
     if resume:
-        state, saved_envs = host_checkpoints.restore(run, config, state)
+        state, saved_envs = host_checkpoints.restore(run, config, parts.agent, state)
         if saved_envs is not None:  # the envs as they were: the run continues exactly
             vector_env.close()
             vector_env = envs.vector_env_around(saved_envs)
@@ -178,7 +179,8 @@ def train(
     vector_env.close()
     host.stop()
     finished = step >= config.total_steps  # not a run cut short by stop_at: its parameters are half-trained
-    evaluation = _summary(play(config, train_state.params, seed=EVAL_SEED), config.eval_epsilon) if evaluate and finished else {}
+    evaluation = (_summary(play(config, train_state.params, seed=EVAL_SEED, agent=parts.agent), config.eval_epsilon)
+                  if evaluate and finished else {})
     return host.finish(train_state, updates=step // config.train_frequency, steps=step,
                        extra={"episodes": len(episode_returns)}, evaluation=evaluation)
 
@@ -231,6 +233,7 @@ def play(
     num_envs: int | None = None,
     max_steps: int = 1_000_000,
     max_episode_steps: int | None = None,
+    agent: DQN | None = None,
 ) -> list[float]:
     """Game scores of ``episodes`` episodes with epsilon-greedy actions and no learning.
 
@@ -238,12 +241,13 @@ def play(
     clipped and a lost life does not end the episode: the score is the whole game's.
     Episodes are spread over ``num_envs`` envs (default: up to 8), each running its share to
     the end, so short episodes are not favoured. max_episode_steps caps an Atari game's
-    length (default 27,000 agent steps), e.g. for an untrained agent that never serves.
+    length (default 27,000 agent steps), e.g. for an untrained agent that never serves. agent: the
+    run's (``make_agent(config)``, made here if not given).
     """
     episodes = config.eval_episodes if episodes is None else episodes
     epsilon = config.eval_epsilon if epsilon is None else epsilon
     num_envs = min(episodes, 8) if num_envs is None else num_envs
-    act = make_agent(config).act
+    act = (make_agent(config) if agent is None else agent).act
     policy = jax.jit(lambda p, o, step, k: act(p, o, epsilon, jax.random.fold_in(k, step)))
     env_kwargs = atari_kwargs(config)
     if max_episode_steps is not None and env_kwargs:

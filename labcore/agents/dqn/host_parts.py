@@ -155,9 +155,9 @@ class HostParts(NamedTuple):
 
 
 def make_parts(config: dqn.DQNConfig) -> HostParts:
-    """The host loop's pieces for ``config``; the env is checked first (``env_spec``)."""
-    obs_shape, obs_dtype, num_actions = env_spec(config)
-    agent = make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
+    """The host loop's pieces for ``config``; the env is checked first (``env_spec``, through ``make_agent``)."""
+    agent = make_agent(config)
+    obs_shape, obs_dtype = agent.example.obs.shape, np.dtype(agent.example.obs.dtype)
     # Transitions wait on the host until an update is due: chunks end at multiples of
     # train_frequency agent steps (or every step when num_envs does not divide it).
     steps_per_chunk = config.train_frequency if config.train_frequency % config.num_envs == 0 else config.num_envs
