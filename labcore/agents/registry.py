@@ -23,7 +23,8 @@ device of one or several processes) and ``dqn-actor-learner`` (Ray actors feedin
 **Adding an algorithm** is its folder, ``labcore/agents/<name>/`` (a config module importable without JAX
 holding its ``NAME`` and a config class with a ``smallest()`` classmethod; an ``algorithm`` module holding its
 ``Algorithm`` record; a ``core``; a driver module with ``train``, ``load_checkpoint``, ``params`` and
-``evaluate``), and its record's line in ``ALGORITHMS`` below: the command line, the registry's tests (tests/test_registry.py
+``evaluate``, and with ``make_train`` and ``make_program`` too where its package exports the contract through
+``labcore.agents.agent_exports``), and its record's line in ``ALGORITHMS`` below: the command line, the registry's tests (tests/test_registry.py
 trains, resumes, loads and evaluates every entry from its smallest config) and the architecture guide's
 table follow from it. tests/test_registry.py adds a bandit algorithm written outside labcore that way and
 checks it.

@@ -20,6 +20,6 @@ The package itself exports the agent contract of ``labcore.agents`` (``train`` i
 """
 
 from labcore.agents import agent_exports
-from labcore.agents.dqn.algorithm import SCAN
+from labcore.agents.dqn.algorithm import SCAN as _RECORD
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, SCAN)  # the jitted DQN's record
+__all__, __getattr__, __dir__ = agent_exports(__name__, _RECORD)  # the jitted DQN's record

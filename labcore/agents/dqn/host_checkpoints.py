@@ -21,7 +21,7 @@ from labcore import checkpoint, runs
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN
 from labcore.agents.dqn.config import HOST_LOOP_NAME as ALGORITHM  # the registry name its checkpoints record
-from labcore.agents.dqn.host_parts import make_agent
+from labcore.agents.dqn.host_parts import env_spec, make_agent
 
 DRIVER = "labcore.agents.dqn.host_loop"  # the module whose runs write them (the schema's "driver")
 
@@ -63,19 +63,21 @@ def save(directory, config: dqn.DQNConfig, state: LoopState, vector_env: Any, sa
     )
 
 
-def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None, *,
-                        agent: DQN | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def checkpoint_template(config: dqn.DQNConfig, train_state: Any = None, *, agent: DQN | None = None,
+                        obs: np.ndarray | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """What a checkpoint of this loop holds, as a function of its metadata (whether it saved the
     replay buffer and the envs): the template ``labcore.checkpoint.restore`` fills. train_state:
     a train state to take the parameters' shapes from (default: a fresh one); agent: the run's
-    (``host_parts.make_agent``; default: made here, which opens the env once to read its spaces)."""
-    agent = make_agent(config) if agent is None else agent
+    (``host_parts.make_agent``); obs: [num_envs, ...] observations as the envs give them, for their
+    shape and dtype. Without ``agent`` and ``obs`` the env is opened once to read its spaces."""
+    if agent is None or obs is None:
+        spec = env_spec(config)
+        agent = make_agent(config, spec) if agent is None else agent
+        obs = np.zeros((config.num_envs, *spec[0]), spec[1]) if obs is None else obs
     train_state = agent.init(jax.random.key(0)) if train_state is None else train_state
-    obs = agent.example.obs  # one observation: the env's shape and dtype
 
     def like(metadata: dict[str, Any]) -> dict[str, Any]:
-        saved = {"train_state": train_state, "key": np.zeros(2, np.uint32),
-                 "obs": np.zeros((config.num_envs, *obs.shape), obs.dtype)}
+        saved = {"train_state": train_state, "key": np.zeros(2, np.uint32), "obs": np.zeros_like(obs)}
         if metadata["has_replay"]:
             saved["replay"] = jax.eval_shape(lambda: agent.buffer.init(agent.example))
         if metadata["has_envs"]:
@@ -89,7 +91,7 @@ def restore(run: runs.RunDir, config: dqn.DQNConfig, agent: DQN, fresh: LoopStat
     """(the loop's state at the run's newest intact checkpoint, its unpickled envs or None). ``agent``: the run's;
     ``fresh``: the state of a new run, whose replay buffer stays where the checkpoint saved none (RunDir.open has
     checked the config; a checkpoint of another algorithm is refused here, before its arrays are read)."""
-    like = checkpoint.expecting(ALGORITHM, run.path, checkpoint_template(config, fresh.train_state, agent=agent))
+    like = checkpoint.expecting(ALGORITHM, run.path, checkpoint_template(config, fresh.train_state, agent=agent, obs=fresh.obs))
     saved, metadata = run.restore(like).restored
     state = LoopState(
         train_state=jax.tree_util.tree_map(jnp.asarray, saved["train_state"]),

@@ -48,9 +48,10 @@ def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
     return shape, dtype, num_actions
 
 
-def make_agent(config: dqn.DQNConfig) -> DQN:
-    """DQN's functions (``labcore.agents.dqn.agent.make_dqn``) for the gymnasium env ``config.env_id``."""
-    obs_shape, obs_dtype, num_actions = env_spec(config)
+def make_agent(config: dqn.DQNConfig, spec: tuple[tuple[int, ...], np.dtype, int] | None = None) -> DQN:
+    """DQN's functions (``labcore.agents.dqn.agent.make_dqn``) for the gymnasium env ``config.env_id``;
+    spec: its ``env_spec`` (default: read here, which opens the env once)."""
+    obs_shape, obs_dtype, num_actions = env_spec(config) if spec is None else spec
     return make_dqn(config, num_actions=num_actions, obs_shape=obs_shape, obs_dtype=obs_dtype)
 
 
@@ -155,9 +156,10 @@ class HostParts(NamedTuple):
 
 
 def make_parts(config: dqn.DQNConfig) -> HostParts:
-    """The host loop's pieces for ``config``; the env is checked first (``env_spec``, through ``make_agent``)."""
-    agent = make_agent(config)
-    obs_shape, obs_dtype = agent.example.obs.shape, np.dtype(agent.example.obs.dtype)
+    """The host loop's pieces for ``config``; the env is checked first (``env_spec``)."""
+    spec = env_spec(config)
+    agent = make_agent(config, spec)
+    obs_shape, obs_dtype, _ = spec
     # Transitions wait on the host until an update is due: chunks end at multiples of
     # train_frequency agent steps (or every step when num_envs does not divide it).
     steps_per_chunk = config.train_frequency if config.train_frequency % config.num_envs == 0 else config.num_envs

@@ -23,6 +23,6 @@ runs any mode): ``Config``, ``make_train``, ``make_program``, ``train``, ``load_
 """
 
 from labcore.agents import agent_exports
-from labcore.agents.iqn.algorithm import ALGORITHM
+from labcore.agents.iqn.algorithm import ALGORITHM as _RECORD
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, ALGORITHM)
+__all__, __getattr__, __dir__ = agent_exports(__name__, _RECORD)

@@ -13,6 +13,6 @@ The package itself exports the agent contract of ``labcore.agents``: ``Config``,
 """
 
 from labcore.agents import agent_exports
-from labcore.agents.pqn.algorithm import ALGORITHM
+from labcore.agents.pqn.algorithm import ALGORITHM as _RECORD
 
-__all__, __getattr__, __dir__ = agent_exports(__name__, ALGORITHM)
+__all__, __getattr__, __dir__ = agent_exports(__name__, _RECORD)
