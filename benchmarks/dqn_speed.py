@@ -67,7 +67,7 @@ def per_step_loop_steps_per_second(config: dqn.DQNConfig, steps: int) -> float:
         "reward": np.zeros(capacity, np.float32),
         "terminated": np.zeros(capacity, bool),
     }
-    env = envs.make_vector_env(config.env_id, 1, seed=0, **host_parts.atari_kwargs(config))
+    env = host_parts.open_envs(config, 1, seed=0)
     obs, _ = env.reset(seed=[0])
     rng, np_rng, position, size = random.Random(0), np.random.default_rng(0), 0, 0
     warmup = steps // 4

@@ -7,7 +7,7 @@
   evaluate) and its replay buffer, which every driver below runs;
 * ``algorithm``: the four drivers' records for ``labcore.agents.registry`` (imports no JAX);
 * ``host_loop``: gymnasium envs stepped in Python (CartPole, Atari), greedy evaluation,
-  checkpoints and exact resume; its pieces in ``host_parts``, its checkpoints in ``host_checkpoints``;
+  checkpoints and exact resume; its pieces in ``host_parts``, its state and checkpoints in ``host_checkpoints``;
 * ``frame_replay``: the Atari replay buffer that stores each frame once;
 * ``scan``: the whole of training in one ``lax.scan`` over gymnax envs, vmappable over seeds;
 * ``data_parallel``: one update over a device mesh, three ways (pmap, shard_map, jit with shardings);

@@ -1,5 +1,6 @@
-"""The DQN host loop's checkpoints (``labcore.agents.dqn.host_loop``): what one holds, its save, and the
-loop's state restored from one for a resume.
+"""The DQN host loop's state (``labcore.agents.dqn.host_loop``) and its checkpoints: the state a run starts
+from (``start``: a new one, or a resume's, restored from the run's newest checkpoint), what a checkpoint holds,
+and its save.
 
 A checkpoint holds the learner (``train_state``), the key, the envs' observations and, with
 ``save_replay``, the replay buffer and the pickled envs (a resume then continues exactly); the loop's
@@ -17,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from labcore import checkpoint, runs
+from labcore import checkpoint, envs, runs
 from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN
 from labcore.agents.dqn.config import HOST_LOOP_NAME as ALGORITHM  # the registry name its checkpoints record
-from labcore.agents.dqn.host_parts import env_spec, make_agent
+from labcore.agents.dqn.host_parts import env_spec, make_agent, open_envs
 
 DRIVER = "labcore.agents.dqn.host_loop"  # the module whose runs write them (the schema's "driver")
 
@@ -37,6 +38,30 @@ class LoopState(NamedTuple):
     episode_returns: list[float]  # every finished game's score, in order
     metrics: dict[str, Any] | None  # the last update's (None before the first)
     elapsed_s: float  # the run's clock, earlier calls' included
+
+
+def start(config: dqn.DQNConfig, agent: DQN, run: runs.RunDir | None = None) -> tuple[LoopState, Any]:
+    """(the loop's state, its envs) where ``train`` starts. Without ``run``, a new run's: a fresh learner
+    (``agent.init``), an empty replay buffer, the envs' first observations. With ``run`` (a resume's folder), its
+    newest intact checkpoint's (``restore``): the saved envs as they were, so the run continues exactly, or, where
+    the checkpoint saved none, new episodes seeded apart from the run's first ones."""
+    init_key, key = jax.random.split(jax.random.key(config.seed))  # key: the base of every act/learn key
+    vector_env = open_envs(config, config.num_envs, seed=config.seed)
+    try:
+        obs, _ = vector_env.reset(seed=[config.seed + i for i in range(config.num_envs)])
+        state = LoopState(train_state=agent.init(init_key), replay=agent.buffer.init(agent.example), key=key,
+                          obs=obs, step=0, episode_returns=[], metrics=None, elapsed_s=0.0)
+        if run is None:
+            return state, vector_env
+        state, saved_envs = restore(run, config, agent, state)
+    except BaseException:
+        vector_env.close()
+        raise
+    if saved_envs is not None:
+        vector_env.close()
+        return state, envs.vector_env_around(saved_envs)
+    obs, _ = vector_env.reset(seed=[config.seed + state.step + i for i in range(config.num_envs)])
+    return state._replace(obs=obs), vector_env
 
 
 def save(directory, config: dqn.DQNConfig, state: LoopState, vector_env: Any, save_replay: bool) -> None:

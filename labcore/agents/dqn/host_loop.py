@@ -48,7 +48,7 @@ from labcore.agents.dqn import host_checkpoints
 from labcore.agents.dqn.agent import DQN
 from labcore.agents.dqn.config import HOST_LOOP
 from labcore.agents.dqn.host_checkpoints import ALGORITHM, LoopState, checkpoint_template
-from labcore.agents.dqn.host_parts import atari_kwargs, make_agent, make_parts, updates_due
+from labcore.agents.dqn.host_parts import make_agent, make_parts, open_envs, updates_due
 from labcore.training_run import TrainingRun
 
 PLOTTED = ("episode_return", "loss", "epsilon")
@@ -103,26 +103,17 @@ def train(
         raise ValueError(f"checkpoint_every must be >= 1 or None, got {checkpoint_every}")
     if (checkpoint_every is not None or resume) and run_dir is None:
         raise ValueError("checkpoints need a run_dir")
+    parts = make_parts(config)  # fails early on a bad env
+    act, learn, chunk, steps_per_chunk = parts.act, parts.learn, parts.chunk, parts.steps_per_chunk
     log_steps = log_every * config.train_frequency  # agent steps
     checkpoint_steps = None if checkpoint_every is None else checkpoint_every * config.train_frequency
-    parts = make_parts(config)  # fails early on a bad env
     end_step = config.total_steps if stop_at is None else min(stop_at, config.total_steps)
     # Ordered by agent step: the checkpoints are numbered by agent step, and a resume cuts the rows at one.
     host = TrainingRun.open(run_dir, config, name=f"DQN on {config.env_id}", total_steps=end_step, plotted=PLOTTED,
                             shown={"ret": "episode_return", "eps": "epsilon"}, step_key="timesteps", resume=resume,
                             overwrite=overwrite, tensorboard=tensorboard, progress=progress)
     run = host.folder
-
-    act, learn, chunk, steps_per_chunk = parts.act, parts.learn, parts.chunk, parts.steps_per_chunk
-    state, vector_env = _start(config, parts.agent)
-    if resume:
-        state, saved_envs = host_checkpoints.restore(run, config, parts.agent, state)
-        if saved_envs is not None:  # the envs as they were: the run continues exactly
-            vector_env.close()
-            vector_env = envs.vector_env_around(saved_envs)
-        else:  # new episodes, seeded apart from the run's first ones
-            obs, _ = vector_env.reset(seed=[config.seed + state.step + i for i in range(config.num_envs)])
-            state = state._replace(obs=obs)
+    state, vector_env = host_checkpoints.start(config, parts.agent, run if resume else None)
     train_state, replay_state, key, obs = state.train_state, state.replay, state.key, state.obs
     step, episode_returns, metrics = state.step, state.episode_returns, state.metrics
     act_key, learn_key = jax.random.split(key)
@@ -132,67 +123,58 @@ def train(
     host.start(steps=step)
     started, last_log_time, last_log_step = time.perf_counter(), time.perf_counter(), step
 
-    while step < end_step:
-        actions = np.asarray(act(train_state.params, obs, step, act_key))
-        next_obs, reward, terminated, truncated, info = vector_env.step(actions)
-        done = terminated | truncated
-        if parts.life_loss_terminal:  # a lost life ends the learner's episode (the game goes on)
-            terminated = terminated | envs.lives_lost(info, config.num_envs)
-        chunk.put(obs, actions, reward, envs.final_observations(next_obs, done, info), terminated, done)
-        obs, step = next_obs, step + config.num_envs
-        for _env, score, _length in envs.finished_episodes(done, info):
-            episode_returns.append(score)
-            recent.append(score)
-        host.advance(step)
-        if step % steps_per_chunk and step < end_step:
-            continue
+    try:
+        while step < end_step:
+            actions = np.asarray(act(train_state.params, obs, step, act_key))
+            next_obs, reward, terminated, truncated, info = vector_env.step(actions)
+            done = terminated | truncated
+            if parts.life_loss_terminal:  # a lost life ends the learner's episode (the game goes on)
+                terminated = terminated | envs.lives_lost(info, config.num_envs)
+            chunk.put(obs, actions, reward, envs.final_observations(next_obs, done, info), terminated, done)
+            obs, step = next_obs, step + config.num_envs
+            for _env, score, _length in envs.finished_episodes(done, info):
+                episode_returns.append(score)
+                recent.append(score)
+            host.advance(step)
+            if step % steps_per_chunk and step < end_step:
+                continue
 
-        # End of a chunk: store it and apply the updates that fell due while collecting it.
-        num_updates = updates_due(chunk_start, step, config)
-        train_state, replay_state, update_metrics = learn(
-            train_state, replay_state, *chunk.take(), step, learn_key, num_updates=num_updates
-        )
-        if num_updates:
-            metrics = update_metrics
-        chunk_start = step
+            # End of a chunk: store it and apply the updates that fell due while collecting it.
+            num_updates = updates_due(chunk_start, step, config)
+            train_state, replay_state, update_metrics = learn(
+                train_state, replay_state, *chunk.take(), step, learn_key, num_updates=num_updates
+            )
+            if num_updates:
+                metrics = update_metrics
+            chunk_start = step
 
-        if step // log_steps > last_log_step // log_steps or step >= end_step:
-            now = time.perf_counter()
-            row = {
-                "episodes": len(episode_returns),
-                "episode_return": float(np.mean(recent)) if recent else None,
-                "epsilon": float(dqn.linear_epsilon(step, config)),
-                "steps_per_second": (step - last_log_step) / max(now - last_log_time, 1e-9),
-                "time": state.elapsed_s + now - started,  # a resumed run's clock goes on from its checkpoint
-            }
-            if metrics is not None:
-                row.update({name: float(value) for name, value in metrics.items()})
-            host.log(step // config.train_frequency, row, steps=step)
-            last_log_time, last_log_step = now, step
-        if run.checkpoints is not None and (
-            step >= end_step or (checkpoint_steps is not None and step // checkpoint_steps > (step - steps_per_chunk) // checkpoint_steps)
-        ):
-            now_state = LoopState(train_state, replay_state, key, obs, step, episode_returns, metrics,
-                                  state.elapsed_s + time.perf_counter() - started)
-            host_checkpoints.save(run.checkpoints, config, now_state, vector_env, save_replay)
-
-    vector_env.close()
+            if step // log_steps > last_log_step // log_steps or step >= end_step:
+                now = time.perf_counter()
+                row = {
+                    "episodes": len(episode_returns),
+                    "episode_return": float(np.mean(recent)) if recent else None,
+                    "epsilon": float(dqn.linear_epsilon(step, config)),
+                    "steps_per_second": (step - last_log_step) / max(now - last_log_time, 1e-9),
+                    "time": state.elapsed_s + now - started,  # a resumed run's clock goes on from its checkpoint
+                }
+                if metrics is not None:
+                    row.update({name: float(value) for name, value in metrics.items()})
+                host.log(step // config.train_frequency, row, steps=step)
+                last_log_time, last_log_step = now, step
+            passed_a_checkpoint_step = (checkpoint_steps is not None
+                                        and step // checkpoint_steps > (step - steps_per_chunk) // checkpoint_steps)
+            if run.checkpoints is not None and (step >= end_step or passed_a_checkpoint_step):
+                now_state = LoopState(train_state, replay_state, key, obs, step, episode_returns, metrics,
+                                      state.elapsed_s + time.perf_counter() - started)
+                host_checkpoints.save(run.checkpoints, config, now_state, vector_env, save_replay)
+    finally:  # an error mid-run closes the envs too
+        vector_env.close()
     host.stop()
     finished = step >= config.total_steps  # not a run cut short by stop_at: its parameters are half-trained
     evaluation = (_summary(play(config, train_state.params, seed=EVAL_SEED, agent=parts.agent), config.eval_epsilon)
                   if evaluate and finished else {})
     return host.finish(train_state, updates=step // config.train_frequency, steps=step,
                        extra={"episodes": len(episode_returns)}, evaluation=evaluation)
-
-
-def _start(config: dqn.DQNConfig, agent) -> tuple[LoopState, Any]:
-    """A new run's loop state (fresh learner, empty replay buffer, the envs' first observations) and its envs."""
-    init_key, key = jax.random.split(jax.random.key(config.seed))  # key: the base of every act/learn key
-    vector_env = envs.make_vector_env(config.env_id, config.num_envs, seed=config.seed, **atari_kwargs(config))
-    obs, _ = vector_env.reset(seed=[config.seed + i for i in range(config.num_envs)])
-    state = LoopState(train_state=agent.init(init_key), replay=agent.buffer.init(agent.example), key=key,
-                      obs=obs, step=0, episode_returns=[], metrics=None, elapsed_s=0.0)
-    return state, vector_env
 
 
 def load_checkpoint(path: str | os.PathLike, step: int | None = None) -> tuple[dqn.DQNConfig, dqn.TrainState]:
@@ -249,10 +231,7 @@ def play(
     num_envs = min(episodes, 8) if num_envs is None else num_envs
     act = (make_agent(config) if agent is None else agent).act
     policy = jax.jit(lambda p, o, step, k: act(p, o, epsilon, jax.random.fold_in(k, step)))
-    env_kwargs = atari_kwargs(config)
-    if max_episode_steps is not None and env_kwargs:
-        env_kwargs["max_episode_steps"] = max_episode_steps
-    vector_env = envs.make_vector_env(config.env_id, num_envs, seed=seed, training=False, **env_kwargs)
+    vector_env = open_envs(config, num_envs, seed=seed, training=False, max_episode_steps=max_episode_steps)
     quota = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
     scores: list[list[float]] = [[] for _ in range(num_envs)]
     obs, _ = vector_env.reset(seed=[seed + i for i in range(num_envs)])

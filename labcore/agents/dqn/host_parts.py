@@ -25,11 +25,17 @@ from labcore.agents.dqn import core as dqn
 from labcore.agents.dqn.agent import DQN, make_dqn
 
 
-def atari_kwargs(config: dqn.DQNConfig) -> dict[str, Any]:
-    """The ``labcore.envs.make_vector_env`` keywords the config sets for an Atari id (none for another)."""
+def open_envs(config: dqn.DQNConfig, num_envs: int, *, seed: int = 0, training: bool = True,
+              max_episode_steps: int | None = None) -> Any:
+    """``num_envs`` envs of ``config.env_id`` (``labcore.envs.make_vector_env``), with the config's sticky actions
+    (``repeat_action_probability``) for an Atari id; max_episode_steps caps an Atari game's length (default:
+    ``labcore.envs.ale_vector.AtariSettings.max_episode_steps``, 27,000 agent steps; another id's own limit stays)."""
+    atari_settings = {}
     if envs.atari.is_atari_id(config.env_id):
-        return {"repeat_action_probability": config.repeat_action_probability}
-    return {}
+        atari_settings["repeat_action_probability"] = config.repeat_action_probability
+        if max_episode_steps is not None:
+            atari_settings["max_episode_steps"] = max_episode_steps
+    return envs.make_vector_env(config.env_id, num_envs, seed=seed, training=training, **atari_settings)
 
 
 def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -37,7 +43,7 @@ def env_spec(config: dqn.DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
 
     Raises ValueError for an unknown env id or a non-Discrete action space.
     """
-    env = envs.make_vector_env(config.env_id, 1, **atari_kwargs(config))
+    env = open_envs(config, 1)
     space = env.single_observation_space
     shape, dtype, num_actions = space.shape, space.dtype, int(env.single_action_space.n)
     env.close()
