@@ -71,6 +71,47 @@ def test_resume_refuses_a_different_config(tmp_path):
         dqn_loop.train(dataclasses.replace(SMALL, learning_rate=1e-3), run_dir=tmp_path, resume=True, progress=False)
 
 
+def test_an_error_closes_the_envs_it_opened(tmp_path, monkeypatch):
+    """A run that raises, mid-run (an env step that fails) or while a resume restores its checkpoint,
+    closes the envs it opened before the error reaches the caller."""
+    from labcore.agents.dqn import host_checkpoints
+
+    opened, real_open_envs = [], host_checkpoints.open_envs
+
+    def open_envs_failing_at_step(fail_at):
+        def open_envs(*args, **kwargs):
+            env = real_open_envs(*args, **kwargs)
+            real_step, calls = env.step, []
+
+            def step(actions):
+                calls.append(actions)
+                if len(calls) == fail_at:
+                    raise RuntimeError("the env broke")
+                return real_step(actions)
+
+            env.step = step
+            opened.append(env)
+            return env
+
+        return open_envs
+
+    monkeypatch.setattr(host_checkpoints, "open_envs", open_envs_failing_at_step(100))
+    with pytest.raises(RuntimeError, match="the env broke"):
+        dqn_loop.train(SMALL, run_dir=tmp_path / "mid-run", progress=False)
+    assert len(opened) == 1 and opened[0].closed
+
+    monkeypatch.setattr(host_checkpoints, "open_envs", open_envs_failing_at_step(None))
+    dqn_loop.train(SMALL, run_dir=tmp_path / "resume", stop_at=600, progress=False)
+
+    def restore(*args, **kwargs):
+        raise RuntimeError("the checkpoint is damaged")
+
+    monkeypatch.setattr(host_checkpoints, "restore", restore)
+    with pytest.raises(RuntimeError, match="the checkpoint is damaged"):
+        dqn_loop.train(SMALL, run_dir=tmp_path / "resume", resume=True, progress=False)
+    assert len(opened) == 3 and all(env.closed for env in opened)  # the run's, and the resume's
+
+
 def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
     from labcore.logging import read_metrics
 

@@ -54,14 +54,14 @@ def start(config: dqn.DQNConfig, agent: DQN, run: runs.RunDir | None = None) -> 
         if run is None:
             return state, vector_env
         state, saved_envs = restore(run, config, agent, state)
+        if saved_envs is None:  # new episodes, seeded apart from the run's first ones
+            obs, _ = vector_env.reset(seed=[config.seed + state.step + i for i in range(config.num_envs)])
+            return state._replace(obs=obs), vector_env
     except BaseException:
         vector_env.close()
         raise
-    if saved_envs is not None:
-        vector_env.close()
-        return state, envs.vector_env_around(saved_envs)
-    obs, _ = vector_env.reset(seed=[config.seed + state.step + i for i in range(config.num_envs)])
-    return state._replace(obs=obs), vector_env
+    vector_env.close()  # the checkpoint's envs instead, as they were: the run continues exactly
+    return state, envs.vector_env_around(saved_envs)
 
 
 def save(directory, config: dqn.DQNConfig, state: LoopState, vector_env: Any, save_replay: bool) -> None:

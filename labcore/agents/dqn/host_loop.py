@@ -113,17 +113,18 @@ def train(
                             shown={"ret": "episode_return", "eps": "epsilon"}, step_key="timesteps", resume=resume,
                             overwrite=overwrite, tensorboard=tensorboard, progress=progress)
     run = host.folder
-    state, vector_env = host_checkpoints.start(config, parts.agent, run if resume else None)
-    train_state, replay_state, key, obs = state.train_state, state.replay, state.key, state.obs
-    step, episode_returns, metrics = state.step, state.episode_returns, state.metrics
-    act_key, learn_key = jax.random.split(key)
-    chunk_start = step
-
-    recent = deque(episode_returns[-20:], maxlen=20)
-    host.start(steps=step)
-    started, last_log_time, last_log_step = time.perf_counter(), time.perf_counter(), step
-
+    vector_env = None
     try:
+        state, vector_env = host_checkpoints.start(config, parts.agent, run if resume else None)
+        train_state, replay_state, key, obs = state.train_state, state.replay, state.key, state.obs
+        step, episode_returns, metrics = state.step, state.episode_returns, state.metrics
+        act_key, learn_key = jax.random.split(key)
+        chunk_start = step
+
+        recent = deque(episode_returns[-20:], maxlen=20)
+        host.start(steps=step)
+        started, last_log_time, last_log_step = time.perf_counter(), time.perf_counter(), step
+
         while step < end_step:
             actions = np.asarray(act(train_state.params, obs, step, act_key))
             next_obs, reward, terminated, truncated, info = vector_env.step(actions)
@@ -167,8 +168,12 @@ def train(
                 now_state = LoopState(train_state, replay_state, key, obs, step, episode_returns, metrics,
                                       state.elapsed_s + time.perf_counter() - started)
                 host_checkpoints.save(run.checkpoints, config, now_state, vector_env, save_replay)
-    finally:  # an error mid-run closes the envs too
-        vector_env.close()
+    except BaseException:  # a refused resume, an error mid-run: the bar and the metrics files close too
+        host.close()
+        raise
+    finally:
+        if vector_env is not None:
+            vector_env.close()
     host.stop()
     finished = step >= config.total_steps  # not a run cut short by stop_at: its parameters are half-trained
     evaluation = (_summary(play(config, train_state.params, seed=EVAL_SEED, agent=parts.agent), config.eval_epsilon)
