@@ -218,12 +218,7 @@ def make_train(config: dqn.DQNConfig, *, env: Any = None, env_params: Any = None
     Everything is checked here, before tracing: a bad env id or a num_envs that does not divide
     train_frequency fails with a message naming the field.
     """
-    return _train_of(make_parts(config, env, env_params), callback, log_every)
-
-
-def _train_of(parts: ScanParts, callback: Callable[[dict[str, np.ndarray]], None] | None = None,
-              log_every: int = 1) -> Callable[[jax.Array], tuple[Carry, dict[str, jax.Array]]]:
-    """``make_train``'s ``train(key)``, run from parts already made."""
+    parts = make_parts(config, env, env_params)
     logged = dict(callback=callback, log_every=log_every)
 
     def train(key: jax.Array) -> tuple[Carry, dict[str, jax.Array]]:
@@ -344,14 +339,13 @@ def make_train_and_evaluate(config: dqn.DQNConfig, *, env: Any = None,
                             env_params: Any = None) -> Callable[[jax.Array], jax.Array]:
     """A pure ``run(key) -> [eval_episodes] returns``: the whole run of ``key`` (``make_train``), then
     its trained network's episodes (``make_evaluate_run``), as one function, so that
-    ``jax.jit(jax.vmap(run))(keys)`` trains and plays every seed in one compiled call. The DQN is built once,
-    for both."""
-    parts = make_parts(config, env, env_params)
-    train = _train_of(parts)
+    ``jax.jit(jax.vmap(run))(keys)`` trains and plays every seed in one compiled call."""
+    train = make_train(config, env=env, env_params=env_params)
+    evaluate_run = make_evaluate_run(config, env=env, env_params=env_params)
 
     def run(key: jax.Array) -> jax.Array:
         carry, _ = train(key)
-        return parts.evaluate(params(carry), run_keys(key)[2])  # make_evaluate_run's episodes
+        return evaluate_run(params(carry), key)
 
     return run
 
