@@ -109,7 +109,7 @@ def test_an_error_closes_the_envs_it_opened(tmp_path, monkeypatch):
     monkeypatch.setattr(host_checkpoints, "restore", restore)
     with pytest.raises(RuntimeError, match="the checkpoint is damaged"):
         dqn_loop.train(SMALL, run_dir=tmp_path / "resume", resume=True, progress=False)
-    assert len(opened) == 3 and all(env.closed for env in opened)  # the run's, and the resume's
+    assert len(opened) == 3 and all(env.closed for env in opened)  # the failed run's, the stopped run's, the resume's
 
 
 def test_metrics_are_logged_to_jsonl_and_csv(tmp_path):
