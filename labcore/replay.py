@@ -22,8 +22,9 @@ bound, in the style of flashbax's buffers, so a training loop is written once fo
 
 (``labcore.agents.dqn.frame_replay.frame_buffer`` stores each Atari frame once behind the same
 four functions. Every DQN driver replays through one of the two, the agent's ``buffer``
-(``labcore.agents.dqn.agent.make_dqn``). The IQN port keeps its own ``labcore.agents.iqn.frame_buffer``:
-it reproduces the original agent's buffer, quirks included, for the parity tests.)
+(``labcore.agents.dqn.agent.make_dqn``). The IQN port stores and samples through a third,
+``labcore.agents.iqn.frame_buffer.replay_buffer``, the original agent's buffer with its quirks, which
+the parity tests compare with the PyTorch reference row for row.)
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import optax
 import pytest
 from flax import nnx
 
+from labcore import replay
 from labcore.agents.iqn import core as iqn
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.nets.iqn import make_iqn, q_values, sample_taus
@@ -209,6 +210,36 @@ def test_gather_batch_by_hand():
     np.testing.assert_allclose(b.valid[:, 0], [1, 0, 0, 1])  # a done among the first n_frames - 1 rows
     at_done = fb.gather_batch(buf, jnp.array([3]), CONFIG)  # stack rows 3, 4, 5: done on the last row
     assert float(at_done.dones[0, 0]) == 1.0 and float(at_done.valid[0, 0]) == 1.0
+
+
+def test_the_buffer_behind_replay_buffer_is_its_functions_and_ignores_episode_end():
+    buffer = iqn.make_buffer(CONFIG)
+    assert isinstance(buffer, replay.Buffer) and iqn.make_buffer(CONFIG) is buffer  # one bundle per config
+    with pytest.raises(ValueError, match=r"example.obs must have shape \[obs_size\] = \(3,\)"):
+        buffer.init(fb.example_step(dataclasses.replace(CONFIG, obs_size=4)))
+    empty = buffer.init(fb.example_step(CONFIG))
+    chex.assert_trees_all_equal(empty, fb.buffer_init(CONFIG))
+    # 35 steps in one add (across the wrap at 32) are the 35 rows fill writes one by one; an episode
+    # end does not skip rows (the agent's epoch start does, with buffer_add_empty)
+    t = np.arange(35)
+    steps = fb.Step(obs=np.float32(t)[:, None] + 0.1 * np.arange(3, dtype=np.float32), action=t % 4,
+                    reward=np.float32(t), done=np.zeros(35, np.float32))
+    ends = np.zeros(35, bool)
+    ends[[4, 20]] = True
+    added = jax.jit(buffer.add)(empty, steps, ends)
+    chex.assert_trees_all_equal(added, fill(fb.buffer_init(CONFIG), 35))
+    # sample and can_sample are the original's draw and train condition
+    young = fill(fb.buffer_init(CONFIG), 11)
+    assert not bool(buffer.can_sample(young)) and bool(buffer.can_sample(added))
+    key = jax.random.key(4)
+    chex.assert_trees_all_equal(buffer.sample(added, key),
+                                fb.gather_batch(added, fb.sample_indices(key, added, CONFIG), CONFIG))
+
+
+def test_remember_adds_one_step_as_buffer_add_does(agent):
+    obs = jnp.array([7.0, 7.1, 7.2], jnp.float32)
+    remembered = iqn.remember(agent, obs, 3, 1.5, 1.0, config=CONFIG)
+    chex.assert_trees_all_equal(remembered.buffer, fb.buffer_add(agent.buffer, obs, 3, 1.5, 1.0, CONFIG))
 
 
 # ----------------------------------------------------------------------------------------------

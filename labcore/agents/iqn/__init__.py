@@ -4,7 +4,8 @@ The agent:
 
 * ``config``: ``IQNConfig``, the agent's settings, validated (imports no JAX);
 * ``core``: the agent state, network and optimiser, acting, the loss and the train step;
-* ``frame_buffer``: the frame-stacking replay buffer (pure functions on a pytree).
+* ``frame_buffer``: the frame-stacking replay buffer (pure functions on a pytree; ``replay_buffer`` puts them
+  behind ``labcore.replay.Buffer``'s interface, through which the agent stores and samples).
 
 The experiment (many agents in the Treasurehunt world, in four run modes):
 

@@ -2,7 +2,8 @@
 
 This module is the agent: its config (``IQNConfig``, defined in ``labcore.agents.iqn.config``, which
 imports no JAX), its state, network and optimiser, acting, the loss and the train step. Its replay
-buffer is ``labcore.agents.iqn.frame_buffer``; the experiment that runs many agents in a world is
+buffer is ``labcore.agents.iqn.frame_buffer``, stored into and sampled from through
+``labcore.replay.Buffer``'s interface (``make_buffer``); the experiment that runs many agents in a world is
 ``labcore.agents.iqn.run``.
 
 Every function is pure (state in, state out; PRNG keys passed explicitly), so one agent's code
@@ -57,7 +58,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from labcore import losses
+from labcore import losses, replay
 from labcore.agents.iqn import frame_buffer as fb
 from labcore.agents.iqn.config import IQNConfig  # core.IQNConfig, as before
 from labcore.agents.iqn.frame_buffer import Batch, FrameBuffer
@@ -95,6 +96,12 @@ def make_network(config: IQNConfig) -> Functional:
     return make_iqn(config.in_features, config.n_actions, config.hidden_size)
 
 
+@functools.cache  # one bundle per config, as the network
+def make_buffer(config: IQNConfig) -> replay.Buffer:
+    """The agent's replay buffer as ``labcore.replay.Buffer``'s pure functions (``frame_buffer.replay_buffer``)."""
+    return fb.replay_buffer(config)
+
+
 def make_optimizer(config: IQNConfig) -> optax.GradientTransformation:
     """Clip the global gradient norm to max_grad_norm (torch's clip_grad_norm_), then Adam(learning_rate)."""
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
@@ -113,7 +120,7 @@ def _fresh_agent(key: jax.Array, config: IQNConfig) -> AgentState:
         params=params,
         target_params=hard_update(params),
         opt_state=make_optimizer(config).init(params),
-        buffer=fb.buffer_init(config),
+        buffer=make_buffer(config).init(fb.example_step(config)),
         epsilon=jnp.float32(config.epsilon_start),
     )
 
@@ -225,7 +232,8 @@ def act(agent: AgentState, obs: jax.Array, key: jax.Array, config: IQNConfig) ->
 def remember(agent: AgentState, obs: jax.Array, action: jax.Array, reward: jax.Array, done: jax.Array,
              config: IQNConfig) -> AgentState:
     """Store one step (the observation acted on, not the stack) in the agent's buffer."""
-    return agent.replace(buffer=fb.buffer_add(agent.buffer, obs, action, reward, done, config))
+    step = fb.Step(*(jnp.asarray(leaf)[None] for leaf in (obs, action, reward, done)))  # leaves [1, ...]
+    return agent.replace(buffer=make_buffer(config).add(agent.buffer, step, jnp.zeros(1, bool)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,7 +362,8 @@ def learn(agent: AgentState, key: jax.Array, config: IQNConfig) -> tuple[AgentSt
     (the original returns None). Under vmap every agent decides for itself.
     """
     sample_key, step_key = jax.random.split(key)
-    batch = fb.gather_batch(agent.buffer, fb.sample_indices(sample_key, agent.buffer, config), config)
+    buffer = make_buffer(config)
+    batch = buffer.sample(agent.buffer, sample_key)
 
     def train(agent: AgentState) -> tuple[AgentState, jax.Array]:
         params, target, opt_state, loss = train_step(agent.params, agent.target_params, agent.opt_state, batch,
@@ -364,7 +373,7 @@ def learn(agent: AgentState, key: jax.Array, config: IQNConfig) -> tuple[AgentSt
     def skip(agent: AgentState) -> tuple[AgentState, jax.Array]:
         return agent, jnp.float32(jnp.nan)
 
-    return jax.lax.cond(fb.can_train(agent.buffer, config), train, skip, agent)
+    return jax.lax.cond(buffer.can_sample(agent.buffer), train, skip, agent)
 
 
 def start_epoch(agent: AgentState, epoch: jax.Array | int, config: IQNConfig) -> AgentState:

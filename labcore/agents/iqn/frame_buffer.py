@@ -22,18 +22,29 @@ leading agent axis. ``config`` is anything with the nine settings of ``BufferSpe
 import it); ``config.fixed`` selects the flagged "fixed" variant's n-step batches (see
 ``gather_batch``).
 
-This buffer is not behind ``labcore.replay.Buffer``'s interface on purpose: it reproduces the
-original agent's buffer, its quirks above included, which the port's parity tests compare with the
-PyTorch reference row for row.
+The agent stores and samples through ``labcore.replay.Buffer``'s interface, as every driver that
+replays does: ``replay_buffer(config)`` binds ``buffer_add``, ``gather_batch(sample_indices(...))``
+and ``can_train`` to it. Two functions stay outside it, because they are this agent's own rhythm:
+``stacked_state`` (what the agent acts on is read from the ring) and ``buffer_add_empty`` (the
+original skips rows when an epoch starts, not when a step ends an episode: it stores done = 0 on
+every step). The quirks above are kept behind the interface, so the parity tests compare the same
+rows with the PyTorch reference.
+
+    buffer = replay_buffer(config)
+    buf = buffer.init(example_step(config))
+    buf = buffer.add(buf, Step(obs[None], action[None], reward[None], done[None]), jnp.zeros(1, bool))
+    if buffer.can_sample(buf): batch = buffer.sample(buf, key)   # a Batch of batch_size windows
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 from flax import struct
+
+from labcore import replay
 
 
 class BufferSpec(Protocol):
@@ -198,4 +209,48 @@ def gather_batch(buf: FrameBuffer, indices: jax.Array, config: BufferSpec) -> Ba
         next_states=buf.states[window + config.lookahead].reshape(B, config.in_features),
         dones=dones[:, None],
         valid=valid[:, None],
+    )
+
+
+class Step(NamedTuple):
+    """Steps as ``replay.Buffer.add`` takes them: obs [N, obs_size]; action [N] int; reward [N]; done [N]."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    done: jax.Array
+
+
+def example_step(config: BufferSpec) -> Step:
+    """One zero step, the template ``replay_buffer(config).init`` checks: obs [obs_size], the rest []."""
+    return Step(obs=jnp.zeros((config.obs_size,), jnp.float32), action=jnp.int32(0), reward=jnp.float32(0),
+                done=jnp.float32(0))
+
+
+def replay_buffer(config: BufferSpec) -> replay.Buffer:
+    """This buffer behind ``labcore.replay.Buffer``'s interface (see the module docstring).
+
+    init(example): ``buffer_init``, after checking ``example.obs`` is one frame [obs_size].
+    add(buf, steps, episode_end): ``buffer_add`` of the N steps (leaves [N, ...]) in order;
+        episode_end is not read: the original starts a stack with ``buffer_add_empty`` at an
+        epoch's start, which the agent calls (``core.start_epoch``).
+    sample(buf, key): ``gather_batch`` of ``sample_indices``: a ``Batch`` of batch_size windows.
+    can_sample(buf): ``can_train``.
+    """
+
+    def init(example: Step) -> FrameBuffer:
+        _check_obs(jnp.asarray(example.obs), config, "example.obs")
+        return buffer_init(config)
+
+    def add(buf: FrameBuffer, steps: Step, episode_end: jax.Array | None = None) -> FrameBuffer:
+        def add_one(buf: FrameBuffer, step: Step) -> tuple[FrameBuffer, None]:
+            return buffer_add(buf, *step, config), None
+
+        return jax.lax.scan(add_one, buf, steps)[0]
+
+    return replay.Buffer(
+        init=init,
+        add=add,
+        sample=lambda buf, key: gather_batch(buf, sample_indices(key, buf, config), config),
+        can_sample=lambda buf: can_train(buf, config),
     )

@@ -354,7 +354,8 @@ def play(config: IQNRunConfig, params: Any, epochs: int = 10, seed: int = EVAL_S
     if config.num_worlds == 1:
         params = jax.tree_util.tree_map(lambda leaf: leaf[None], params)
     shape = (config.num_worlds, w.n_agents)
-    buffer = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (*shape, *leaf.shape)), fb.buffer_init(c))
+    empty = iqn.make_buffer(c).init(fb.example_step(c))
+    buffer = jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (*shape, *leaf.shape)), empty)
     agents = iqn.AgentState(params=params, target_params=own_buffers(params), opt_state=None, buffer=buffer,
                             epsilon=jnp.full(shape, epsilon, jnp.float32))
     run_keys = jax.vmap(lambda key: jax.random.split(key)[1])(world_keys(seed, config.num_worlds))
