@@ -219,15 +219,18 @@ def test_the_buffer_behind_replay_buffer_is_its_functions_and_ignores_episode_en
         buffer.init(fb.example_step(dataclasses.replace(CONFIG, obs_size=4)))
     empty = buffer.init(fb.example_step(CONFIG))
     chex.assert_trees_all_equal(empty, fb.buffer_init(CONFIG))
-    # 35 steps in one add (across the wrap at 32) are the 35 rows fill writes one by one; an episode
-    # end does not skip rows (the agent's epoch start does, with buffer_add_empty)
+    # 35 steps in two adds (the second across the wrap at 32) are the 35 rows fill writes one by one;
+    # an episode end does not skip rows (the agent's epoch start does, with buffer_add_empty)
     t = np.arange(35)
     steps = fb.Step(obs=np.float32(t)[:, None] + 0.1 * np.arange(3, dtype=np.float32), action=t % 4,
-                    reward=np.float32(t), done=np.zeros(35, np.float32))
+                    reward=np.float32(t), done=np.float32(t % 7 == 6))
     ends = np.zeros(35, bool)
     ends[[4, 20]] = True
-    added = jax.jit(buffer.add)(empty, steps, ends)
-    chex.assert_trees_all_equal(added, fill(fb.buffer_init(CONFIG), 35))
+    first, rest = (jax.tree_util.tree_map(lambda leaf: leaf[part], steps) for part in (slice(0, 20), slice(20, 35)))
+    added = jax.jit(buffer.add)(jax.jit(buffer.add)(empty, first, ends[:20]), rest, ends[20:])
+    chex.assert_trees_all_equal(added, fill(fb.buffer_init(CONFIG), 35, done_at=tuple(range(6, 35, 7))))
+    with pytest.raises(ValueError, match="cannot add 35 steps at once to a buffer of 32 rows"):
+        buffer.add(empty, steps, ends)
     # sample and can_sample are the original's draw and train condition
     young = fill(fb.buffer_init(CONFIG), 11)
     assert not bool(buffer.can_sample(young)) and bool(buffer.can_sample(added))

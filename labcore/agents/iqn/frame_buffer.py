@@ -231,8 +231,8 @@ def replay_buffer(config: BufferSpec) -> replay.Buffer:
     """This buffer behind ``labcore.replay.Buffer``'s interface (see the module docstring).
 
     init(example): ``buffer_init``, after checking ``example.obs`` is one frame [obs_size].
-    add(buf, steps, episode_end): ``buffer_add`` of the N steps (leaves [N, ...]) in order;
-        episode_end is not read: the original starts a stack with ``buffer_add_empty`` at an
+    add(buf, steps, episode_end): the rows ``buffer_add`` writes for the N steps (leaves [N, ...],
+        N <= buffer_size) in order; episode_end is not read: the original starts a stack with ``buffer_add_empty`` at an
         epoch's start, which the agent calls (``core.start_epoch``).
     sample(buf, key): ``gather_batch`` of ``sample_indices``: a ``Batch`` of batch_size windows.
     can_sample(buf): ``can_train``.
@@ -243,10 +243,21 @@ def replay_buffer(config: BufferSpec) -> replay.Buffer:
         return buffer_init(config)
 
     def add(buf: FrameBuffer, steps: Step, episode_end: jax.Array | None = None) -> FrameBuffer:
-        def add_one(buf: FrameBuffer, step: Step) -> tuple[FrameBuffer, None]:
-            return buffer_add(buf, *step, config), None
-
-        return jax.lax.scan(add_one, buf, steps)[0]
+        # The N rows buffer_add would write one by one, written at once: no loop in the program, so
+        # one step costs what buffer_add costs. N <= buffer_size keeps the rows distinct.
+        n = steps.obs.shape[0]
+        if n > config.buffer_size:
+            raise ValueError(f"cannot add {n} steps at once to a buffer of {config.buffer_size} rows")
+        _check_obs(steps.obs[0], config, "steps.obs[t]")
+        rows = (buf.idx + jnp.arange(n)) % config.buffer_size
+        return FrameBuffer(
+            states=buf.states.at[rows].set(jnp.asarray(steps.obs, jnp.float32)),
+            actions=buf.actions.at[rows].set(jnp.asarray(steps.action, jnp.int32)),
+            rewards=buf.rewards.at[rows].set(jnp.asarray(steps.reward, jnp.float32)),
+            dones=buf.dones.at[rows].set(jnp.asarray(steps.done, jnp.float32)),
+            idx=(buf.idx + n) % config.buffer_size,
+            size=jnp.minimum(buf.size + n, config.buffer_size),
+        )
 
     return replay.Buffer(
         init=init,
