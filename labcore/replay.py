@@ -22,9 +22,9 @@ bound, in the style of flashbax's buffers, so a training loop is written once fo
 
 (``labcore.agents.dqn.frame_replay.frame_buffer`` stores each Atari frame once behind the same
 four functions. Every DQN driver replays through one of the two, the agent's ``buffer``
-(``labcore.agents.dqn.agent.make_dqn``). The IQN port stores and samples through a third,
-``labcore.agents.iqn.frame_buffer.replay_buffer``, the original agent's buffer with its quirks, which
-the parity tests compare with the PyTorch reference row for row.)
+(``labcore.agents.dqn.agent.make_dqn``). The IQN port's agent stores and samples through a third,
+``labcore.agents.iqn.frame_buffer.replay_buffer``: the original agent's buffer with its quirks,
+whose ``sample`` draws windows of stacked frames and returns them as that module's ``Batch``.)
 """
 
 from __future__ import annotations
@@ -116,8 +116,9 @@ class Buffer(NamedTuple):
     init(example) -> state                       an empty buffer for transitions like ``example``
     add(state, transitions, episode_end) -> state  N transitions (leaves [N, ...]) in time order;
                                                    episode_end [N] bool: the env reset after the step
-                                                   (a frame buffer needs it; others ignore it)
-    sample(state, key) -> transitions            a uniform batch, leaves [batch_size, ...]
+                                                   (DQN's frame buffer needs it; the others ignore it)
+    sample(state, key) -> batch                  batch_size transitions drawn uniformly, leaves
+                                                   [batch_size, ...] (the IQN port's: its Batch of windows)
     can_sample(state) -> [] bool                 whether a batch can be drawn yet
     """
 

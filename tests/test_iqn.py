@@ -218,32 +218,54 @@ def test_the_buffer_behind_replay_buffer_is_its_functions_and_ignores_episode_en
     with pytest.raises(ValueError, match=r"example.obs must have shape \[obs_size\] = \(3,\)"):
         buffer.init(fb.example_step(dataclasses.replace(CONFIG, obs_size=4)))
     empty = buffer.init(fb.example_step(CONFIG))
-    chex.assert_trees_all_equal(empty, fb.buffer_init(CONFIG))
-    # 35 steps in two adds (the second across the wrap at 32) are the 35 rows fill writes one by one;
-    # an episode end does not skip rows (the agent's epoch start does, with buffer_add_empty)
-    t = np.arange(35)
+    chex.assert_trees_all_equal(empty, fb.buffer_init(CONFIG), strict=True)
+    t = np.arange(70)
     steps = fb.Step(obs=np.float32(t)[:, None] + 0.1 * np.arange(3, dtype=np.float32), action=t % 4,
-                    reward=np.float32(t), done=np.float32(t % 7 == 6))
-    ends = np.zeros(35, bool)
+                    reward=np.float32(t), done=t % 7 == 6)  # a bool done, stored as 1.0
+    ends = np.zeros(70, bool)
     ends[[4, 20]] = True
-    first, rest = (jax.tree_util.tree_map(lambda leaf: leaf[part], steps) for part in (slice(0, 20), slice(20, 35)))
-    added = jax.jit(buffer.add)(jax.jit(buffer.add)(empty, first, ends[:20]), rest, ends[20:])
-    chex.assert_trees_all_equal(added, fill(fb.buffer_init(CONFIG), 35, done_at=tuple(range(6, 35, 7))))
-    with pytest.raises(ValueError, match="cannot add 35 steps at once to a buffer of 32 rows"):
-        buffer.add(empty, steps, ends)
-    # sample and can_sample are the original's draw and train condition
-    young = fill(fb.buffer_init(CONFIG), 11)
-    assert not bool(buffer.can_sample(young)) and bool(buffer.can_sample(added))
+    add = jax.jit(buffer.add)
+
+    def part(a: int, b: int) -> fb.Step:
+        return jax.tree_util.tree_map(lambda leaf: leaf[a:b], steps)
+
+    # 35 steps in two adds (the second across the wrap at 32), then a whole ring's 32 more and none:
+    # the rows fill writes one by one. An episode end does not skip rows (the agent's epoch start
+    # does, with buffer_add_empty).
+    added = add(add(empty, part(0, 20), ends[:20]), part(20, 35), ends[20:35])
+    dones = tuple(range(6, 70, 7))
+    chex.assert_trees_all_equal(added, fill(fb.buffer_init(CONFIG), 35, done_at=dones), strict=True)
+    lapped = buffer.add(add(added, part(35, 67), ends[35:67]), part(67, 67), ends[67:67])
+    chex.assert_trees_all_equal(lapped, fill(fb.buffer_init(CONFIG), 67, done_at=dones), strict=True)
+    with pytest.raises(ValueError, match="cannot add 33 steps at once to a buffer of 32 rows"):
+        buffer.add(empty, part(0, 33), ends[:33])
+    with pytest.raises(ValueError, match=r"steps.action must have shape \(4,\) \(N = 4 steps\), got \(\)"):
+        buffer.add(empty, part(0, 4)._replace(action=np.int32(3)), ends[:4])  # would fill 4 rows with one action
+    # sample and can_sample are the original's draw and train condition: 12 rows are the first that train
+    assert not bool(buffer.can_sample(fill(fb.buffer_init(CONFIG), 11)))
+    assert bool(buffer.can_sample(fill(fb.buffer_init(CONFIG), 12))) and bool(buffer.can_sample(added))
     key = jax.random.key(4)
     chex.assert_trees_all_equal(buffer.sample(added, key),
-                                fb.gather_batch(added, fb.sample_indices(key, added, CONFIG), CONFIG))
+                                fb.gather_batch(added, fb.sample_indices(key, added, CONFIG), CONFIG), strict=True)
 
 
-def test_remember_adds_one_step_as_buffer_add_does(agent):
+def test_remember_adds_one_step_as_buffer_add_does_across_the_wrap_and_under_vmap(agent):
     obs = jnp.array([7.0, 7.1, 7.2], jnp.float32)
-    remembered = iqn.remember(agent, obs, 3, 1.5, 1.0, config=CONFIG)
-    chex.assert_trees_all_equal(remembered.buffer, fb.buffer_add(agent.buffer, obs, 3, 1.5, 1.0, CONFIG))
-
+    full = agent.replace(buffer=fill(agent.buffer, 11, start=20))  # idx 31: the next write wraps to row 0
+    once = iqn.remember(full, obs, 3, 1.5, True, config=CONFIG)
+    twice = iqn.remember(once, obs + 1, 2, -1.0, False, config=CONFIG)
+    expected = fb.buffer_add(fb.buffer_add(full.buffer, obs, 3, 1.5, True, CONFIG), obs + 1, 2, -1.0, False, CONFIG)
+    chex.assert_trees_all_equal(twice.buffer, expected, strict=True)
+    assert int(twice.buffer.idx) == 1 and float(twice.buffer.dones[31]) == 1.0
+    with pytest.raises(ValueError, match=r"^obs must have shape \[obs_size\]"):
+        iqn.remember(agent, jnp.zeros(4), 0, 0.0, 0.0, config=CONFIG)
+    # under vmap: each agent's buffer gets its own step, as buffer_add would write it alone
+    agents = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), agent, full)
+    stacked = jax.vmap(functools.partial(iqn.remember, config=CONFIG))(
+        agents, jnp.stack([obs, obs + 1]), jnp.array([1, 2]), jnp.array([0.5, 0.25]), jnp.array([False, True]))
+    for i, (alone, o, a, r, d) in enumerate([(agent, obs, 1, 0.5, False), (full, obs + 1, 2, 0.25, True)]):
+        expected = fb.buffer_add(alone.buffer, o, a, r, d, CONFIG)
+        chex.assert_trees_all_equal(iqn.unstack_agent(stacked, i).buffer, expected, strict=True)
 
 # ----------------------------------------------------------------------------------------------
 # Acting, learning, target updates, epsilon

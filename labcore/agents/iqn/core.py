@@ -232,6 +232,7 @@ def act(agent: AgentState, obs: jax.Array, key: jax.Array, config: IQNConfig) ->
 def remember(agent: AgentState, obs: jax.Array, action: jax.Array, reward: jax.Array, done: jax.Array,
              config: IQNConfig) -> AgentState:
     """Store one step (the observation acted on, not the stack) in the agent's buffer."""
+    fb.check_obs(obs, config)
     step = fb.Step(*(jnp.asarray(leaf)[None] for leaf in (obs, action, reward, done)))  # leaves [1, ...]
     return agent.replace(buffer=make_buffer(config).add(agent.buffer, step, jnp.zeros(1, bool)))
 

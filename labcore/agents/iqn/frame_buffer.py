@@ -22,13 +22,17 @@ leading agent axis. ``config`` is anything with the nine settings of ``BufferSpe
 import it); ``config.fixed`` selects the flagged "fixed" variant's n-step batches (see
 ``gather_batch``).
 
-The agent stores and samples through ``labcore.replay.Buffer``'s interface, as every driver that
-replays does: ``replay_buffer(config)`` binds ``buffer_add``, ``gather_batch(sample_indices(...))``
-and ``can_train`` to it. Two functions stay outside it, because they are this agent's own rhythm:
-``stacked_state`` (what the agent acts on is read from the ring) and ``buffer_add_empty`` (the
-original skips rows when an epoch starts, not when a step ends an episode: it stores done = 0 on
-every step). The quirks above are kept behind the interface, so the parity tests compare the same
-rows with the PyTorch reference.
+``replay_buffer(config)`` puts this buffer behind ``labcore.replay.Buffer``'s interface, the one
+every DQN driver replays through: its ``add`` writes the rows ``buffer_add`` writes, N steps at once;
+its ``sample`` is ``gather_batch(sample_indices(...))`` and its ``can_sample`` is ``can_train``. The
+agent's ``remember`` and ``learn`` store and sample through it (``core.make_buffer``); the
+experiment's turn (``labcore.agents.iqn.programs.play_turn``) writes the same rows itself, in an
+order that lets XLA update the ring in place. Two functions stay outside the interface, because
+they are this agent's own rhythm: ``stacked_state`` (what the agent acts on is read from the ring)
+and ``buffer_add_empty`` (the original skips rows when an epoch starts, not when a step ends an
+episode; its experiment stores done = 0 on every step). The quirks above are the same behind the
+interface: tests/test_iqn.py checks the interface against these functions, which
+tests/test_iqn_parity.py compares with the PyTorch reference.
 
     buffer = replay_buffer(config)
     buf = buffer.init(example_step(config))
@@ -94,7 +98,7 @@ class Batch:
     valid: jax.Array
 
 
-def _check_obs(obs: jax.Array, config: BufferSpec, what: str = "obs") -> None:
+def check_obs(obs: jax.Array, config: BufferSpec, what: str = "obs") -> None:
     """ValueError unless ``obs`` is one frame, shape [obs_size] (checked at trace time)."""
     if tuple(obs.shape) != (config.obs_size,):
         raise ValueError(f"{what} must have shape [obs_size] = ({config.obs_size},), got {tuple(obs.shape)}")
@@ -119,8 +123,9 @@ def buffer_add(buf: FrameBuffer, obs: jax.Array, action: jax.Array, reward: jax.
 
     idx <- (idx + 1) % cap; size <- min(size + 1, cap).
     """
-    _check_obs(obs, config)
+    check_obs(obs, config)
     i = buf.idx
+    # replay_buffer's add writes these same rows, N steps at once.
     return FrameBuffer(
         states=buf.states.at[i].set(jnp.asarray(obs, jnp.float32)),
         actions=buf.actions.at[i].set(jnp.asarray(action, jnp.int32)),
@@ -148,7 +153,7 @@ def buffer_current_state(buf: FrameBuffer, config: BufferSpec) -> jax.Array:
 
 def stacked_state(buf: FrameBuffer, obs: jax.Array, config: BufferSpec) -> jax.Array:
     """What the agent acts on: current_state's frames then obs, flattened: [n_frames * obs_size]."""
-    _check_obs(obs, config)
+    check_obs(obs, config)
     frames = jnp.concatenate([buffer_current_state(buf, config), jnp.asarray(obs, jnp.float32)[None]], axis=0)
     return frames.reshape(config.in_features)
 
@@ -231,24 +236,28 @@ def replay_buffer(config: BufferSpec) -> replay.Buffer:
     """This buffer behind ``labcore.replay.Buffer``'s interface (see the module docstring).
 
     init(example): ``buffer_init``, after checking ``example.obs`` is one frame [obs_size].
-    add(buf, steps, episode_end): the rows ``buffer_add`` writes for the N steps (leaves [N, ...],
-        N <= buffer_size) in order; episode_end is not read: the original starts a stack with ``buffer_add_empty`` at an
-        epoch's start, which the agent calls (``core.start_epoch``).
+    add(buf, steps, episode_end): the rows ``buffer_add`` writes for the N steps (obs [N, obs_size],
+        the rest [N]; N <= buffer_size) in order; episode_end is not read: the original starts a
+        stack with ``buffer_add_empty`` at an epoch's start, which the agent calls
+        (``core.start_epoch``).
     sample(buf, key): ``gather_batch`` of ``sample_indices``: a ``Batch`` of batch_size windows.
     can_sample(buf): ``can_train``.
     """
 
     def init(example: Step) -> FrameBuffer:
-        _check_obs(jnp.asarray(example.obs), config, "example.obs")
+        check_obs(jnp.asarray(example.obs), config, "example.obs")
         return buffer_init(config)
 
     def add(buf: FrameBuffer, steps: Step, episode_end: jax.Array | None = None) -> FrameBuffer:
         # The N rows buffer_add would write one by one, written at once: no loop in the program, so
         # one step costs what buffer_add costs. N <= buffer_size keeps the rows distinct.
-        n = steps.obs.shape[0]
+        n = jnp.shape(steps.obs)[0]
         if n > config.buffer_size:
             raise ValueError(f"cannot add {n} steps at once to a buffer of {config.buffer_size} rows")
-        _check_obs(steps.obs[0], config, "steps.obs[t]")
+        for name, leaf in steps._asdict().items():
+            want = (n, config.obs_size) if name == "obs" else (n,)
+            if jnp.shape(leaf) != want:
+                raise ValueError(f"steps.{name} must have shape {want} (N = {n} steps), got {jnp.shape(leaf)}")
         rows = (buf.idx + jnp.arange(n)) % config.buffer_size
         return FrameBuffer(
             states=buf.states.at[rows].set(jnp.asarray(steps.obs, jnp.float32)),

@@ -157,10 +157,10 @@ def play_turn(world: th.WorldState, agents: iqn.AgentState, spawn_key: jax.Array
     collected i32[]). Gems collected = gems on the map after the spawn minus after the moves (moves
     only ever remove gems), which does not depend on the reward values.
 
-    Acting and remembering are ``iqn.act`` and ``iqn.remember`` (``frame_buffer.buffer_add``) in another order
-    of the same writes: the observation goes into its ring row first, the stacked state is then
-    read from the ring (rows idx - n_frames + 1 .. idx, the same values as ``stacked_state``), and
-    the action, reward and done follow. Reading the ring before writing it made XLA copy every
+    Acting and remembering are ``iqn.act`` and ``iqn.remember`` (the rows ``frame_buffer.buffer_add``
+    writes) in another order of the same writes: the observation goes into its ring row first, the
+    stacked state is then read from the ring (rows idx - n_frames + 1 .. idx, the same values as
+    ``stacked_state``), and the action, reward and done follow. Reading the ring before writing it made XLA copy every
     agent's whole ring twice per turn (2 x 2.5 MB at the default sizes); this order updates it in
     place. tests/test_iqn_modes.py checks the result against the port's functions called one by one.
     """
