@@ -237,7 +237,7 @@ def test_the_buffer_behind_replay_buffer_is_its_functions_and_ignores_episode_en
     chex.assert_trees_all_equal(added, fill(fb.buffer_init(CONFIG), 35, done_at=dones), strict=True)
     lapped = buffer.add(add(added, part(35, 67), ends[35:67]), part(67, 67), ends[67:67])
     chex.assert_trees_all_equal(lapped, fill(fb.buffer_init(CONFIG), 67, done_at=dones), strict=True)
-    with pytest.raises(ValueError, match="cannot add 33 steps at once to a buffer of 32 rows"):
+    with pytest.raises(ValueError, match="cannot add 33 transitions at once to a buffer of capacity 32"):
         buffer.add(empty, part(0, 33), ends[:33])
     with pytest.raises(ValueError, match=r"steps.action must have shape \(4,\) \(N = 4 steps\), got \(\)"):
         buffer.add(empty, part(0, 4)._replace(action=np.int32(3)), ends[:4])  # would fill 4 rows with one action

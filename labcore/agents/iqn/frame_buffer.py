@@ -249,24 +249,17 @@ def replay_buffer(config: BufferSpec) -> replay.Buffer:
         return buffer_init(config)
 
     def add(buf: FrameBuffer, steps: Step, episode_end: jax.Array | None = None) -> FrameBuffer:
-        # The N rows buffer_add would write one by one, written at once: no loop in the program, so
-        # one step costs what buffer_add costs. N <= buffer_size keeps the rows distinct.
         n = jnp.shape(steps.obs)[0]
-        if n > config.buffer_size:
-            raise ValueError(f"cannot add {n} steps at once to a buffer of {config.buffer_size} rows")
         for name, leaf in steps._asdict().items():
             want = (n, config.obs_size) if name == "obs" else (n,)
             if jnp.shape(leaf) != want:
                 raise ValueError(f"steps.{name} must have shape {want} (N = {n} steps), got {jnp.shape(leaf)}")
-        rows = (buf.idx + jnp.arange(n)) % config.buffer_size
-        return FrameBuffer(
-            states=buf.states.at[rows].set(jnp.asarray(steps.obs, jnp.float32)),
-            actions=buf.actions.at[rows].set(jnp.asarray(steps.action, jnp.int32)),
-            rewards=buf.rewards.at[rows].set(jnp.asarray(steps.reward, jnp.float32)),
-            dones=buf.dones.at[rows].set(jnp.asarray(steps.done, jnp.float32)),
-            idx=(buf.idx + n) % config.buffer_size,
-            size=jnp.minimum(buf.size + n, config.buffer_size),
-        )
+        # The rows are a ring like replay's: its add_batch writes the N rows buffer_add would write one
+        # by one, at once (no loop in the program), and refuses N above the ring's rows.
+        storage = Step(buf.states, buf.actions, buf.rewards, buf.dones)
+        steps = jax.tree_util.tree_map(lambda rows, leaf: jnp.asarray(leaf, rows.dtype), storage, steps)
+        ring = replay.add_batch(replay.ReplayState(storage=storage, position=buf.idx, size=buf.size), steps)
+        return FrameBuffer(*ring.storage, idx=ring.position, size=ring.size)
 
     return replay.Buffer(
         init=init,

@@ -160,9 +160,9 @@ def play_turn(world: th.WorldState, agents: iqn.AgentState, spawn_key: jax.Array
     Acting and remembering are ``iqn.act`` and ``iqn.remember`` (the rows ``frame_buffer.buffer_add``
     writes) in another order of the same writes: the observation goes into its ring row first, the
     stacked state is then read from the ring (rows idx - n_frames + 1 .. idx, the same values as
-    ``stacked_state``), and the action, reward and done follow. Reading the ring before writing it made XLA copy every
-    agent's whole ring twice per turn (2 x 2.5 MB at the default sizes); this order updates it in
-    place. tests/test_iqn_modes.py checks the result against the port's functions called one by one.
+    ``stacked_state``), and the action, reward and done follow. Reading the ring before writing it
+    made XLA copy every agent's whole ring twice per turn (2 x 2.5 MB at the default sizes); this
+    order updates it in place. tests/test_iqn_modes.py checks the result against the port's functions called one by one.
     """
     c = agent_config
     world = th.spawn_gems(world, th.spawn_uniforms(spawn_key, world_params), world_params)
